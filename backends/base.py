@@ -1,0 +1,135 @@
+"""The one protocol every source of allocations implements.
+
+A backend submits pilot jobs, cancels or releases them, and reports every
+change of a job's state. Times are on the running loop's clock
+(:func:`orchestrator.clock.now`), so simulated and real runs compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal, Protocol
+
+DependencyKind = Literal["afterok", "afterany", "after", "afternotok"]
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+
+    @property
+    def finished(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """Slurm's ``--dependency=<kind>:<id>[:<id>...]``."""
+
+    kind: DependencyKind
+    job_ids: tuple[str, ...]
+
+    def to_slurm(self) -> str:
+        return f"{self.kind}:{':'.join(self.job_ids)}"
+
+
+@dataclass(frozen=True, slots=True)
+class PilotRequest:
+    """One pilot job: ``nodes`` nodes with ``cores`` cores and ``memory_mb`` MB each."""
+
+    name: str
+    cores: int
+    time_limit_s: float
+    nodes: int = 1
+    memory_mb: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    dependency: Dependency | None = None
+    comment: str = ""
+    extra: tuple[str, ...] = ()
+
+    @property
+    def total_cores(self) -> int:
+        return self.cores * self.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class NodeShare:
+    """The part of one node a running job holds."""
+
+    node: str
+    cores: int
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job's state as the backend last saw it.
+
+    ``reason`` is Slurm's pending reason (``Dependency``, ``Priority``,
+    ``Resources``, ...). ``eligible_time`` is when the job's dependencies
+    were satisfied (its submit time when it has none).
+    """
+
+    job_id: str
+    state: JobState
+    reason: str = ""
+    submit_time: float | None = None
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    nodes: tuple[NodeShare, ...] = field(default=())
+
+    @property
+    def wait(self) -> float | None:
+        """Queue wait as Slurm counts it: start minus eligible time."""
+        if self.start_time is None or self.eligible_time is None:
+            return None
+        return self.start_time - self.eligible_time
+
+
+class SubmitError(Exception):
+    """The batch system rejected a submission; ``option`` names the culprit when known."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class BatchBackend(Protocol):
+    """Where pilots come from: the simulated cluster, local processes or Slurm."""
+
+    name: str
+    simulated: bool
+
+    async def submit(self, request: PilotRequest) -> str:
+        """Submit a pilot; return its job id. Raises :class:`SubmitError` on rejection."""
+        ...
+
+    async def cancel(self, job_id: str) -> None:
+        """Cancel a pending or running pilot (it ends CANCELLED)."""
+        ...
+
+    async def release(self, job_id: str) -> None:
+        """End a pilot that is no longer needed: a running one ends COMPLETED."""
+        ...
+
+    async def info(self, job_id: str) -> JobInfo:
+        """The job's current state."""
+        ...
+
+    def updates(self) -> AsyncIterator[JobInfo]:
+        """Every change of state of a job submitted through this backend, in order."""
+        ...
+
+    async def close(self) -> None:
+        """Stop background work; leaves submitted jobs alone."""
+        ...

@@ -1,0 +1,72 @@
+"""The one protocol every task sizer implements.
+
+A sizer keeps independent state per (category, resource). The engine asks it
+for the allocation of a task's next attempt and tells it how attempts ended:
+a successful attempt gives a record of measured peaks; an attempt killed for
+exceeding a resource only says "more than ``measured`` was needed".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from learners.resources import Resource, Resources
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFeatures:
+    """What a sizer may know of a task before it runs."""
+
+    category: str
+    input_size: float | None = None
+    """Total input size in bytes (Ponder, k-Segments, Witt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exhaustion:
+    """An attempt was killed because ``resource`` reached ``measured`` (above its allocation)."""
+
+    resource: Resource
+    measured: float
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A successful attempt: measured peaks (``peak.wall`` is the wall time)."""
+
+    task: TaskFeatures
+    peak: Resources
+    memory_series: tuple[float, ...] | None = None
+    """Memory samples in MB at the monitor's interval (k-Segments)."""
+    sample_interval_s: float | None = None
+
+
+class Sizer(Protocol):
+    """Allocates attempts and learns from their outcomes."""
+
+    name: str
+
+    def allocate(
+        self,
+        task: TaskFeatures,
+        previous: Resources | None = None,
+        exhaustion: Exhaustion | None = None,
+    ) -> Resources:
+        """The allocation of the task's next attempt.
+
+        ``previous`` and ``exhaustion`` are ``None`` on a first attempt. On a
+        retry, only the exhausted resource is re-predicted; the others keep at
+        least what the previous attempt had.
+        """
+        ...
+
+    def observe(self, record: Record) -> None:
+        """Learn from a successful attempt."""
+        ...
+
+    def observe_exhaustion(
+        self, task: TaskFeatures, allocation: Resources, exhaustion: Exhaustion
+    ) -> None:
+        """Learn that an attempt with ``allocation`` was killed for ``exhaustion``."""
+        ...

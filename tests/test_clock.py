@@ -1,0 +1,91 @@
+import asyncio
+import time
+
+import aiosqlite
+
+from orchestrator import clock
+
+
+def test_virtual_time_jumps_over_sleeps():
+    async def main():
+        start = clock.now()
+        await clock.sleep(10 * 3600)
+        return clock.now() - start
+
+    real = time.monotonic()
+    assert clock.run(main(), virtual=True) == 10 * 3600
+    assert time.monotonic() - real < 1.0
+
+
+def test_timers_fire_in_virtual_order():
+    order = []
+
+    async def after(delay, name):
+        await asyncio.sleep(delay)
+        order.append((name, clock.now()))
+
+    async def main():
+        await asyncio.gather(after(30, "c"), after(10, "a"), after(20, "b"))
+
+    clock.run(main(), virtual=True)
+    assert order == [("a", 10), ("b", 20), ("c", 30)]
+
+
+def test_held_thread_calls_do_not_let_time_jump():
+    """While aiosqlite works in its thread, a 1 s timer must not fire first."""
+
+    async def main():
+        order = []
+        db = await clock.held(aiosqlite.connect(":memory:"))
+        await clock.held(db.execute("create table t (x)"))
+
+        async def writer():
+            for i in range(200):
+                await clock.held(db.execute("insert into t values (?)", (i,)))
+            order.append(("writer", clock.now()))
+
+        async def timer():
+            await asyncio.sleep(1)
+            order.append(("timer", clock.now()))
+
+        await asyncio.gather(writer(), timer())
+        await clock.held(db.close())
+        return order
+
+    assert clock.run(main(), virtual=True) == [("writer", 0), ("timer", 1)]
+
+
+def test_executor_calls_hold_virtual_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        seen = []
+
+        async def timer():
+            await asyncio.sleep(0.5)
+            seen.append("timer")
+
+        t = asyncio.ensure_future(timer())
+        await loop.run_in_executor(None, time.sleep, 0.05)
+        seen.append("executor")
+        await t
+        return seen
+
+    assert clock.run(main(), virtual=True) == ["executor", "timer"]
+
+
+def test_epoch_follows_virtual_clock():
+    async def main():
+        await clock.sleep(100)
+        return clock.epoch_now()
+
+    assert clock.run(main(), virtual=True, epoch=1_000_000.0) == 1_000_100.0
+
+
+def test_real_loop_is_untouched():
+    async def main():
+        assert not clock.is_virtual()
+        start = clock.now()
+        await clock.sleep(0.01)
+        return clock.now() - start
+
+    assert clock.run(main(), virtual=False) >= 0.01
