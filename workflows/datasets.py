@@ -1,0 +1,31 @@
+"""Where the shared traces live: ``$LEADTIME_DATA``, else ``../shared/data`` beside the checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+class DataNotFound(FileNotFoundError):
+    pass
+
+
+def data_dir() -> Path:
+    """The directory holding ``swf/``, ``ipdps2024/``, ``nfcore/`` ..."""
+    candidates = [Path(p) for p in [os.environ.get("LEADTIME_DATA")] if p]
+    candidates += [_CHECKOUT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    for path in candidates:
+        if path.is_dir():
+            return path
+    tried = ", ".join(str(p) for p in candidates)
+    raise DataNotFound(f"shared data not found (tried {tried}); set LEADTIME_DATA")
+
+
+def data_file(relative: str) -> Path:
+    """A file under the data directory, e.g. ``swf/HPC2N-2002-2.2-cln.swf.gz``."""
+    path = data_dir() / relative
+    if not path.exists():
+        raise DataNotFound(f"{path} does not exist")
+    return path
