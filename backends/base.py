@@ -42,12 +42,18 @@ class Dependency:
 
 @dataclass(frozen=True, slots=True)
 class PilotRequest:
-    """One pilot job: ``nodes`` nodes with ``cores`` cores and ``memory_mb`` MB each."""
+    """One pilot job of ``cores`` cores and ``memory_mb`` MB in total.
+
+    With ``nodes`` set, the cores are split evenly over exactly that many nodes
+    (Slurm's ``--nodes``/``--ntasks-per-node``/``--cpus-per-task``); without it,
+    the scheduler places them on whatever nodes have room (``--ntasks``), as it
+    does for the background jobs of a trace. Memory is shared out with the cores.
+    """
 
     name: str
     cores: int
     time_limit_s: float
-    nodes: int = 1
+    nodes: int | None = None
     memory_mb: int | None = None
     partition: str | None = None
     account: str | None = None
@@ -55,10 +61,6 @@ class PilotRequest:
     dependency: Dependency | None = None
     comment: str = ""
     extra: tuple[str, ...] = ()
-
-    @property
-    def total_cores(self) -> int:
-        return self.cores * self.nodes
 
 
 @dataclass(frozen=True, slots=True)

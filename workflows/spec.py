@@ -15,20 +15,20 @@ from workflows.synthetic import Distribution
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """A stage's pilot: ``nodes`` nodes of ``cores`` cores and ``memory_mb`` MB each."""
+    """A stage's pilot: ``cores`` cores and ``memory_mb`` MB in total.
+
+    ``nodes`` pins the node count (cores split evenly); ``None`` lets the
+    scheduler spread the cores over nodes with room.
+    """
 
     cores: int
-    nodes: int = 1
+    nodes: int | None = None
     memory_mb: int | None = None
     time_limit_s: float = 3600.0
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
     sbatch: tuple[str, ...] = ()
-
-    @property
-    def total_cores(self) -> int:
-        return self.cores * self.nodes
 
 
 @dataclass(frozen=True, slots=True)
