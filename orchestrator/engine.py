@@ -1,0 +1,739 @@
+"""Runs one workflow: stages -> pilots -> pool -> tasks.
+
+The engine is a single loop over events (a pilot changed state, a worker
+joined or was lost, an attempt ended, the planner's wake-up time came).
+Each pass applies the events to its state, asks the planner what to submit
+or cancel, releases pilots no longer needed and places ready tasks on the
+pool. Every change is queued in the store and flushed in one transaction
+before the pass acts on it (submits, cancels, starts attempts), so a crash
+leaves the store consistent with what was done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest
+from learners.resources import Resources
+from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures
+from orchestrator import clock
+from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.forecast import Durations, forecast_end
+from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, StageView, Submit
+from orchestrator.pool import Pool, Worker
+from orchestrator.store import Store
+from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
+from workflows.spec import Allocation, Stage, Task, Workflow, declared_resources
+
+
+class WaitLearner(Protocol):
+    """The queue-wait learner as the engine uses it (see learners.queue_wait)."""
+
+    def observe_wait(self, allocation: Allocation, prediction: Any, wait: float) -> bool | None:
+        """Learn an observed wait; return whether the prediction hit (None without one)."""
+        ...
+
+    async def save(self, store: Store) -> None: ...
+
+
+class WorkerSource(Protocol):
+    """Where a started pilot's workers come from."""
+
+    def started(self, pilot: PilotRun, info: JobInfo) -> Sequence[Worker]:
+        """Workers that come with the pilot at once (simulated nodes); remote ones join later."""
+        ...
+
+    def ended(self, pilot: PilotRun, workers: Sequence[Worker]) -> None:
+        """The pilot's allocation ended: its workers are gone."""
+        ...
+
+
+class RunFailed(Exception):
+    """A task could not succeed; the run stopped (its store record says why)."""
+
+
+@dataclass
+class TaskRun:
+    task: Task
+    features: TaskFeatures
+    state: str = "queued"
+    attempts: int = 0
+    failures: int = 0
+    allocation: Resources | None = None
+    previous: Resources | None = None
+    exhaustion: Exhaustion | None = None
+
+
+@dataclass
+class StageRun:
+    spec: Stage
+    tasks: list[TaskRun]
+    phase: Phase = Phase.WAITING
+    queue: deque[TaskRun] = field(default_factory=deque)
+    running: dict[tuple[str, int], float] = field(default_factory=dict)
+    durations: Durations = field(default_factory=Durations)
+    done: int = 0
+    attempts: int = 0
+    ready_t: float | None = None
+    start_t: float | None = None
+    end_t: float | None = None
+    last_allocation: Resources | None = None
+
+
+@dataclass
+class PilotRun:
+    pilot_id: str
+    stages: tuple[str, ...]
+    request: PilotRequest
+    submit_t: float
+    predicted_wait: float | None = None
+    prediction: Any = None
+    job_id: str | None = None
+    info: JobInfo | None = None
+    released: bool = False
+    hit: bool | None = None
+    workers: list[Worker] = field(default_factory=list)
+
+    @property
+    def state(self) -> JobState | None:
+        return None if self.info is None else self.info.state
+
+    @property
+    def live(self) -> bool:
+        return self.info is None or not self.info.state.finished
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    strategy: str = "per-stage"
+    sizer: str = ""
+    seed: int = 0
+    scale: int | None = None
+
+
+Observer = Callable[["Engine"], None]
+
+
+class Engine:
+    """One run of ``workflow`` on ``backend``."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        backend: BatchBackend,
+        store: Store,
+        *,
+        planner: Planner,
+        sizer: Sizer,
+        workers: WorkerSource,
+        pool: Pool | None = None,
+        learner: WaitLearner | None = None,
+        options: EngineOptions | None = None,
+        run_id: str | None = None,
+        features: Callable[[Task], TaskFeatures] | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.workflow = workflow
+        self.backend = backend
+        self.store = store
+        self.planner = planner
+        self.sizer = sizer
+        self.source = workers
+        self.pool = pool or Pool()
+        self.learner = learner
+        self.options = options or EngineOptions()
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.observer = observer
+        features = features or (lambda t: TaskFeatures(t.category))
+        self.stages: dict[str, StageRun] = {}
+        for stage in workflow.stages:
+            tasks = [TaskRun(t, features(t)) for t in expand(stage)]
+            self.stages[stage.name] = StageRun(stage, tasks)
+        self.pilots: dict[str, PilotRun] = {}
+        self.notes: deque[tuple[float, str]] = deque(maxlen=50)
+        self.status = "running"
+        self.error: str | None = None
+        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._wake: float | None = None
+        self._t0 = 0.0
+        self._end_t: float | None = None
+
+    # ---- public -------------------------------------------------------------
+
+    def post(self, kind: str, payload: Any) -> None:
+        """Hand the engine an event from outside (e.g. a remote worker joined or was lost)."""
+        self._events.put_nowait((kind, payload))
+
+    def now(self) -> float:
+        """Seconds since the run started."""
+        return clock.now() - self._t0
+
+    async def run(self) -> RunSummary:
+        """Run the workflow to its end; always leaves no pilot of the run behind."""
+        self._t0 = clock.now()
+        await self._record_start()
+        pump = asyncio.create_task(self._pump_updates())
+        try:
+            for stage in self.stages.values():
+                if not stage.spec.after:
+                    self._set_phase(stage, Phase.READY)
+            while self.status == "running":
+                await self._pass()
+                if self.status != "running":
+                    break
+                for kind, payload in await self._next_events():
+                    self._apply(kind, payload)
+        except BaseException as e:
+            if self.status == "running":
+                self.status = "failed"
+                self.error = self.error or f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            pump.cancel()
+            await self._shutdown()
+        return self.summary()
+
+    def summary(self) -> RunSummary:
+        end = self._end_t if self._end_t is not None else self.now()
+        stages = [
+            StageFigures(
+                s.spec.name,
+                s.ready_t,
+                min(
+                    (p.submit_t for p in self.pilots.values() if s.spec.name in p.stages),
+                    default=None,
+                ),
+                s.start_t,
+                s.end_t,
+                len(s.tasks),
+                s.attempts,
+            )
+            for s in self.stages.values()
+        ]
+        pilots = [self._figures(p) for p in self.pilots.values()]
+        return summarize(
+            self.run_id,
+            self.workflow.name,
+            self.options.strategy,
+            self.status,
+            end,
+            stages,
+            pilots,
+        )
+
+    # ---- the loop -------------------------------------------------------------
+
+    async def _pass(self) -> None:
+        self._advance_phases()
+        if self.status != "running":
+            await self.store.flush()
+            return
+        plan = self.planner.decide(self.now(), self._stage_views(), self._pilot_views())
+        self._wake = None if plan.wake_at is None else plan.wake_at + self._t0
+        for note in plan.notes:
+            self._note(note)
+        await self.store.flush()
+        for action in plan.actions:
+            if isinstance(action, Submit):
+                await self._submit(action)
+            elif isinstance(action, Cancel):
+                await self._cancel(action)
+        await self._release_finished_pilots()
+        starts = self._place()
+        await self.store.flush()
+        for worker, spec in starts:
+            self._launch(worker, spec)
+        if self.observer is not None:
+            self.observer(self)
+
+    async def _next_events(self) -> list[tuple[str, Any]]:
+        timeout = None if self._wake is None else max(0.0, self._wake - clock.now())
+        try:
+            first = await asyncio.wait_for(self._events.get(), timeout)
+        except TimeoutError:
+            return []
+        events = [first]
+        while not self._events.empty():
+            events.append(self._events.get_nowait())
+        return events
+
+    def _apply(self, kind: str, payload: Any) -> None:
+        if kind == "job":
+            self._on_job(payload)
+        elif kind == "result":
+            self._on_result(*payload)
+        elif kind == "join":
+            self._on_join(payload)
+        elif kind == "lost":
+            self._on_lost_worker(payload)
+        else:
+            raise ValueError(f"unknown engine event {kind!r}")
+
+    async def _pump_updates(self) -> None:
+        async for info in self.backend.updates():
+            self.post("job", info)
+
+    # ---- stages ---------------------------------------------------------------
+
+    def _set_phase(self, stage: StageRun, phase: Phase) -> None:
+        stage.phase = phase
+        now = self.now()
+        if phase == Phase.READY:
+            stage.ready_t = now
+            stage.queue.extend(t for t in stage.tasks if t.state == "queued")
+        elif phase == Phase.RUNNING and stage.start_t is None:
+            stage.start_t = now
+        elif phase in (Phase.DONE, Phase.FAILED):
+            stage.end_t = now
+        self.store.stage(
+            "stages",
+            {"run_id": self.run_id, "stage": stage.spec.name},
+            state=str(phase),
+            tasks_total=len(stage.tasks),
+            tasks_done=stage.done,
+            ready_t=stage.ready_t,
+            start_t=stage.start_t,
+            end_t=stage.end_t,
+        )
+
+    def _advance_phases(self) -> None:
+        for stage in self.stages.values():
+            if stage.phase == Phase.WAITING and all(
+                self.stages[a].phase == Phase.DONE for a in stage.spec.after
+            ):
+                self._set_phase(stage, Phase.READY)
+            if stage.phase.open and stage.done == len(stage.tasks):
+                self._set_phase(stage, Phase.DONE)
+        if any(s.phase == Phase.FAILED for s in self.stages.values()):
+            self.status = "failed"
+        elif all(s.phase == Phase.DONE for s in self.stages.values()):
+            self.status = "done"
+            self._end_t = self.now()
+
+    def _stage_views(self) -> dict[str, StageView]:
+        return {
+            name: StageView(
+                name,
+                s.spec.after,
+                s.spec.allocation,
+                s.phase,
+                s.ready_t,
+                self._forecast(s) if s.phase == Phase.RUNNING else None,
+            )
+            for name, s in self.stages.items()
+        }
+
+    def _forecast(self, stage: StageRun) -> float | None:
+        """Forecast end (run time) of a running stage; its pilot's deadline while nothing is known."""
+        now = self.now()
+        size = stage.last_allocation or Resources(cores=1)
+        slots = self.pool.slots_for(stage.spec.name, size, clock.now())
+        elapsed = [now - started for started in stage.running.values()]
+        end = forecast_end(now, stage.durations, elapsed, len(stage.queue), slots)
+        if end is not None:
+            return end
+        starts = [
+            p.info.start_time - self._t0
+            for p in self.pilots.values()
+            if stage.spec.name in p.stages and p.info and p.info.start_time is not None
+        ]
+        return min(starts, default=now) + stage.spec.allocation.time_limit_s
+
+    # ---- pilots ---------------------------------------------------------------
+
+    def _pilot_views(self) -> list[PilotView]:
+        return [
+            PilotView(
+                p.pilot_id,
+                p.stages,
+                p.state == JobState.RUNNING,
+                self.pool.busy(p.pilot_id),
+            )
+            for p in self.pilots.values()
+            if p.live and not p.released
+        ]
+
+    async def _submit(self, action: Submit) -> None:
+        alloc = action.allocation
+        pilot_id = f"{action.stages[0] if len(action.stages) == 1 else 'all'}-{len(self.pilots)}"
+        after = tuple(self.pilots[p].job_id or "" for p in action.after)
+        request = PilotRequest(
+            name=f"lt-{self.run_id}-{pilot_id}",
+            cores=alloc.cores,
+            nodes=alloc.nodes,
+            memory_mb=alloc.memory_mb,
+            time_limit_s=alloc.time_limit_s,
+            partition=alloc.partition,
+            account=alloc.account,
+            qos=alloc.qos,
+            dependency=Dependency("afterok", after) if after else None,
+            comment=f"leadtime run={self.run_id} pilot={pilot_id}",
+            extra=alloc.sbatch,
+        )
+        pilot = PilotRun(
+            pilot_id,
+            action.stages,
+            request,
+            self.now(),
+            action.predicted_wait,
+            action.prediction,
+        )
+        self.pilots[pilot_id] = pilot
+        await self.store.put(
+            "pilots",
+            {"run_id": self.run_id, "pilot_id": pilot_id},
+            stage=",".join(action.stages),
+            state="SUBMITTING",
+            request=_request_json(request),
+            predicted_wait=action.predicted_wait,
+            submit_t=pilot.submit_t,
+        )
+        pilot.job_id = await self.backend.submit(request)
+        await self.store.put(
+            "pilots", {"run_id": self.run_id, "pilot_id": pilot_id}, job_id=pilot.job_id
+        )
+
+    async def _cancel(self, action: Cancel) -> None:
+        pilot = self.pilots[action.pilot_id]
+        pilot.released = True
+        self.pool.drain(pilot.pilot_id)
+        self._note(f"pilot {pilot.pilot_id}: {action.why}")
+        if pilot.job_id is not None:
+            await self.backend.cancel(pilot.job_id)
+
+    async def _release_finished_pilots(self) -> None:
+        """Release pilots whose stages are all over, once nothing runs on them."""
+        for pilot in list(self.pilots.values()):
+            if pilot.released or not pilot.live:
+                continue
+            if any(self.stages[s].phase.open for s in pilot.stages):
+                continue
+            self.pool.drain(pilot.pilot_id)
+            if self.pool.busy(pilot.pilot_id):
+                continue
+            pilot.released = True
+            if pilot.job_id is not None:
+                await self.backend.release(pilot.job_id)
+
+    def _on_job(self, info: JobInfo) -> None:
+        pilot = next((p for p in self.pilots.values() if p.job_id == info.job_id), None)
+        if pilot is None:
+            return
+        before = pilot.info
+        pilot.info = info
+        rel = self._rel
+        self.store.stage(
+            "pilots",
+            {"run_id": self.run_id, "pilot_id": pilot.pilot_id},
+            state=str(info.state),
+            reason=info.reason,
+            eligible_t=rel(info.eligible_time),
+            start_t=rel(info.start_time),
+            end_t=rel(info.end_time),
+        )
+        started = info.start_time is not None and (before is None or before.start_time is None)
+        if started:
+            self._observe_wait(pilot, info)
+        if info.state == JobState.RUNNING and not pilot.workers and not pilot.released:
+            for worker in self.source.started(pilot, info):
+                self._on_join(worker)
+        if info.state.finished:
+            self._pilot_ended(pilot, info)
+
+    def _observe_wait(self, pilot: PilotRun, info: JobInfo) -> None:
+        wait = info.wait
+        if wait is None or self.learner is None:
+            return
+        pilot.hit = self.learner.observe_wait(pilot.request_allocation, pilot.prediction, wait)
+        self.store.stage(
+            "waits",
+            {"run_id": self.run_id, "pilot_id": pilot.pilot_id},
+            geometry=f"{pilot.request.cores}c/{pilot.request.partition or '-'}",
+            predicted=pilot.predicted_wait,
+            observed=wait,
+            hit=pilot.hit,
+            t=self.now(),
+        )
+        self._needs_learner_save = True
+
+    def _pilot_ended(self, pilot: PilotRun, info: JobInfo) -> None:
+        workers, pilot.workers = pilot.workers, []
+        for worker in workers:
+            self.pool.leave(worker.id)
+        self.source.ended(pilot, workers)
+        if info.state == JobState.COMPLETED:
+            return
+        if not pilot.released:
+            self._note(f"pilot {pilot.pilot_id} ended {info.state}")
+        # Pilots waiting on this one with afterok can never start: replace them.
+        for other in self.pilots.values():
+            dep = other.request.dependency
+            if other.live and dep and pilot.job_id in dep.job_ids and not other.released:
+                other.released = True
+                self._note(f"pilot {other.pilot_id}: its dependency ended {info.state}, replacing")
+                self._spawn(self.backend.cancel(other.job_id or ""))
+
+    # ---- workers and tasks ----------------------------------------------------
+
+    def _on_join(self, worker: Worker) -> None:
+        pilot = self.pilots.get(worker.pilot_id)
+        if pilot is None or not pilot.live:
+            return
+        pilot.workers.append(worker)
+        self.pool.join(worker, frozenset(pilot.stages))
+        if pilot.released:
+            self.pool.drain(pilot.pilot_id)
+
+    def _on_lost_worker(self, worker_id: str) -> None:
+        worker = self.pool.leave(worker_id)
+        if worker is not None:
+            pilot = self.pilots.get(worker.pilot_id)
+            if pilot is not None and worker in pilot.workers:
+                pilot.workers.remove(worker)
+
+    def _place(self) -> list[tuple[Worker, AttemptSpec]]:
+        """Place ready tasks, stage by stage in workflow order, head of each queue first."""
+        starts = []
+        now = clock.now()
+        for stage in self.stages.values():
+            if stage.phase not in (Phase.READY, Phase.RUNNING):
+                continue
+            while stage.queue:
+                task = stage.queue[0]
+                if task.allocation is None:
+                    task.allocation = self._allocate(task)
+                expected = task.allocation.wall
+                if expected == float("inf"):
+                    expected = stage.durations.mean or 0.0
+                worker = self.pool.place(stage.spec.name, task.allocation, now + expected)
+                if worker is None:
+                    break
+                stage.queue.popleft()
+                starts.append((worker, self._start(stage, task, worker)))
+        return starts
+
+    def _allocate(self, task: TaskRun) -> Resources:
+        alloc = self.sizer.allocate(task.features, task.previous, task.exhaustion)
+        largest = self.pool.largest()
+        if task.exhaustion is not None and task.previous is not None:
+            r = task.exhaustion.resource
+            if alloc[r] <= task.exhaustion.measured and largest is not None:
+                alloc = alloc.with_(r, max(largest[r], task.previous[r]))
+        return declared_resources(task.task, alloc)
+
+    def _start(self, stage: StageRun, task: TaskRun, worker: Worker) -> AttemptSpec:
+        assert task.allocation is not None
+        task.attempts += 1
+        task.state = "running"
+        stage.attempts += 1
+        stage.last_allocation = task.allocation
+        if stage.phase == Phase.READY:
+            self._set_phase(stage, Phase.RUNNING)
+        spec = AttemptSpec(
+            task.task.id, task.attempts, task.task.command, task.allocation, task.task.category
+        )
+        stage.running[(spec.task_id, spec.attempt)] = self.now()
+        self.store.stage(
+            "attempts",
+            {"run_id": self.run_id, "task_id": spec.task_id, "attempt": spec.attempt},
+            worker=worker.id,
+            pilot_id=worker.pilot_id,
+            allocation=task.allocation.as_dict(),
+            outcome="running",
+            start_t=self.now(),
+        )
+        return spec
+
+    def _launch(self, worker: Worker, spec: AttemptSpec) -> None:
+        async def attempt() -> None:
+            result = await worker.run(spec)
+            self.post("result", (worker, spec, result))
+
+        self._spawn(attempt())
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    def _on_result(self, worker: Worker, spec: AttemptSpec, result: AttemptResult) -> None:
+        self.pool.release(worker.id, spec.allocation)
+        task_run = self._task(spec.task_id)
+        stage = self.stages[task_run.task.stage]
+        stage.running.pop((spec.task_id, spec.attempt), None)
+        self.store.stage(
+            "attempts",
+            {"run_id": self.run_id, "task_id": spec.task_id, "attempt": spec.attempt},
+            outcome=str(result.outcome),
+            peak=result.peak.as_dict(),
+            exit_code=result.exit_code,
+            exhausted=result.exhaustion.resource if result.exhaustion else None,
+            measured=result.exhaustion.measured if result.exhaustion else None,
+            end_t=self.now(),
+            output_tail=result.output_tail or None,
+        )
+        task_run.allocation = None
+        if result.outcome == Outcome.SUCCESS:
+            task_run.state = "done"
+            stage.done += 1
+            stage.durations.add(result.peak.wall)
+            self.sizer.observe(
+                Record(
+                    task_run.features,
+                    result.peak,
+                    result.memory_series,
+                    result.sample_interval_s,
+                )
+            )
+        elif result.outcome == Outcome.EXHAUSTED:
+            assert result.exhaustion is not None
+            self.sizer.observe_exhaustion(task_run.features, spec.allocation, result.exhaustion)
+            task_run.previous, task_run.exhaustion = spec.allocation, result.exhaustion
+            largest = self.pool.largest()
+            r = result.exhaustion.resource
+            if r != "wall" and largest is not None and spec.allocation[r] >= largest[r]:
+                self._fail(
+                    stage,
+                    task_run,
+                    f"needs more {r} than the largest worker has ({largest[r]:g})",
+                )
+            else:
+                self._requeue(stage, task_run)
+        elif result.outcome == Outcome.LOST:
+            task_run.allocation = spec.allocation
+            self._requeue(stage, task_run)
+        else:
+            task_run.failures += 1
+            if task_run.failures >= task_run.task.max_attempts:
+                tail = f": {result.output_tail.strip()}" if result.output_tail else ""
+                self._fail(
+                    stage,
+                    task_run,
+                    f"failed {task_run.failures} times (exit code {result.exit_code}){tail}",
+                )
+            else:
+                task_run.allocation = spec.allocation
+                self._requeue(stage, task_run)
+        self.store.stage(
+            "tasks",
+            {"run_id": self.run_id, "task_id": spec.task_id},
+            stage=stage.spec.name,
+            category=task_run.task.category,
+            state=task_run.state,
+            attempts=task_run.attempts,
+        )
+
+    def _requeue(self, stage: StageRun, task: TaskRun) -> None:
+        task.state = "queued"
+        stage.queue.appendleft(task)
+
+    def _fail(self, stage: StageRun, task: TaskRun, why: str) -> None:
+        task.state = "failed"
+        self.error = f"task {task.task.id} {why}"
+        self._note(self.error)
+        self._set_phase(stage, Phase.FAILED)
+
+    def _task(self, task_id: str) -> TaskRun:
+        stage_name, index = task_id.rsplit(".", 1)
+        return self.stages[stage_name].tasks[int(index)]
+
+    # ---- bookkeeping ----------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        self.notes.append((self.now(), text))
+
+    def _rel(self, t: float | None) -> float | None:
+        return None if t is None else t - self._t0
+
+    def _figures(self, p: PilotRun) -> PilotFigures:
+        info = p.info
+        return PilotFigures(
+            p.pilot_id,
+            p.stages,
+            p.request.cores,
+            p.submit_t,
+            self._rel(info.eligible_time) if info else None,
+            self._rel(info.start_time) if info else None,
+            self._rel(info.end_time) if info else None,
+            p.predicted_wait,
+            p.hit,
+            str(info.state) if info else "SUBMITTING",
+        )
+
+    async def _record_start(self) -> None:
+        self.store.stage(
+            "runs",
+            {"run_id": self.run_id},
+            workflow=self.workflow.name,
+            source=str(self.workflow.source) if self.workflow.source else None,
+            backend=self.backend.name,
+            strategy=self.options.strategy,
+            sizer=self.options.sizer,
+            seed=self.options.seed,
+            scale=self.options.scale,
+            status="running",
+            created=clock.wall(),
+        )
+        for stage in self.stages.values():
+            self.store.stage(
+                "stages",
+                {"run_id": self.run_id, "stage": stage.spec.name},
+                state=str(stage.phase),
+                tasks_total=len(stage.tasks),
+                tasks_done=0,
+            )
+        await self.store.flush()
+
+    async def _shutdown(self) -> None:
+        """Release or cancel every pilot still alive, then record how the run ended."""
+        for pilot in self.pilots.values():
+            if pilot.live and not pilot.released and pilot.job_id is not None:
+                pilot.released = True
+                if pilot.state == JobState.RUNNING:
+                    await self.backend.release(pilot.job_id)
+                else:
+                    await self.backend.cancel(pilot.job_id)
+        for task in self._inflight:
+            task.cancel()
+        if self._end_t is None:
+            self._end_t = self.now()
+        summary = self.summary()
+        self.store.stage(
+            "runs",
+            {"run_id": self.run_id},
+            status=self.status,
+            error=self.error,
+            ended=clock.wall(),
+            summary=summary.as_json(),
+        )
+        await self.store.flush()
+
+
+def expand(stage: Stage) -> tuple[Task, ...]:
+    """The stage's concrete tasks."""
+    return stage.expand()
+
+
+def _request_json(request: PilotRequest) -> dict[str, Any]:
+    return {
+        "name": request.name,
+        "cores": request.cores,
+        "nodes": request.nodes,
+        "memory_mb": request.memory_mb,
+        "time_limit_s": request.time_limit_s,
+        "partition": request.partition,
+        "account": request.account,
+        "qos": request.qos,
+        "dependency": request.dependency.to_slurm() if request.dependency else None,
+        "comment": request.comment,
+        "extra": list(request.extra),
+    }
+
+
+__all__ = ["Engine", "EngineOptions", "PilotRun", "RunFailed", "StageRun", "TaskRun", "Plan"]

@@ -1,0 +1,309 @@
+"""When, how big, and after what each stage's pilot is submitted.
+
+A planner is a small deterministic object: the engine shows it the stages
+(phase, ready time, forecast end) and the live pilots, and it answers with
+submissions and cancellations, plus the time it next wants to be asked.
+
+- ``bigjob``: one pilot as large as the largest stage, for the whole workflow.
+- ``per-stage``: a stage's pilot is submitted when the stage becomes ready.
+- ``asa``: stage y's pilot is submitted at forecast_end(y-1) - predicted_wait(y)
+  with ``afterok`` on the pilots of the stages it waits for (seed 004).
+- ``asa-naive``: the same without a dependency; an early pilot that would idle
+  longer than a threshold is cancelled and submitted again.
+- ``oracle``: like ``asa``, but the wait is the simulator's true answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Protocol
+
+from workflows.spec import Allocation, Workflow
+
+
+class Phase(StrEnum):
+    WAITING = "waiting"
+    """Some stage it comes after is not done yet."""
+    READY = "ready"
+    """Its tasks may run; none has started."""
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+    @property
+    def open(self) -> bool:
+        """Still needs resources."""
+        return self not in (Phase.DONE, Phase.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class StageView:
+    name: str
+    after: tuple[str, ...]
+    allocation: Allocation
+    phase: Phase
+    ready_t: float | None = None
+    forecast_end: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PilotView:
+    pilot_id: str
+    stages: tuple[str, ...]
+    started: bool
+    busy: bool = False
+    """Some worker of the pilot is running an attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """Submit a pilot of ``allocation`` serving ``stages``, after the pilots ``after``."""
+
+    stages: tuple[str, ...]
+    allocation: Allocation
+    after: tuple[str, ...] = ()
+    predicted_wait: float | None = None
+    prediction: Any = None
+    """The learner's prediction object, handed back when the wait is observed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    pilot_id: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    actions: tuple[Submit | Cancel, ...] = ()
+    wake_at: float | None = None
+    notes: tuple[str, ...] = ()
+    """The decisions in words, for the dashboard and the log."""
+
+
+class Planner(Protocol):
+    name: str
+
+    def decide(
+        self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> Plan: ...
+
+
+def _unserved(stages: Mapping[str, StageView], pilots: Sequence[PilotView]) -> list[StageView]:
+    served = {s for p in pilots for s in p.stages}
+    return [v for v in stages.values() if v.phase.open and v.name not in served]
+
+
+class PerStage:
+    """Submit a stage's pilot once the stage is ready."""
+
+    name = "per-stage"
+
+    def decide(
+        self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> Plan:
+        ready = [v for v in _unserved(stages, pilots) if v.phase != Phase.WAITING]
+        return Plan(
+            tuple(Submit((v.name,), v.allocation) for v in ready),
+            notes=tuple(f"stage {v.name}: ready, submitting now" for v in ready),
+        )
+
+
+class BigJob:
+    """One pilot of the largest stage's size for every stage still open."""
+
+    name = "bigjob"
+
+    def decide(
+        self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> Plan:
+        if not _unserved(stages, pilots):
+            return Plan()
+        remaining = [v for v in stages.values() if v.phase.open]
+        allocation = big_allocation([v.allocation for v in remaining], _longest_path(remaining))
+        names = tuple(v.name for v in remaining)
+        return Plan(
+            (Submit(names, allocation),),
+            notes=(f"big job: {allocation.cores} cores for {len(names)} stages",),
+        )
+
+
+def big_allocation(allocations: Sequence[Allocation], time_limit_s: float) -> Allocation:
+    """The largest stage's geometry (most cores, most memory) for ``time_limit_s``."""
+    widest = max(allocations, key=lambda a: a.cores)
+    memory = [a.memory_mb for a in allocations if a.memory_mb is not None]
+    return replace(widest, memory_mb=max(memory) if memory else None, time_limit_s=time_limit_s)
+
+
+def _longest_path(stages: Sequence[StageView]) -> float:
+    """Sum of time limits along the longest chain of ``after``: the big job's time limit."""
+    limit = {v.name: v.allocation.time_limit_s for v in stages}
+    memo: dict[str, float] = {}
+
+    def longest(name: str) -> float:
+        if name not in memo:
+            before = [longest(a) for a in stage_after[name] if a in limit]
+            memo[name] = limit[name] + max(before, default=0.0)
+        return memo[name]
+
+    stage_after = {v.name: v.after for v in stages}
+    return max(longest(v.name) for v in stages)
+
+
+WaitPredictor = Callable[[Allocation], tuple[float, Any]]
+"""Predicted queue wait (seconds) of an allocation, and the prediction to hand back."""
+
+
+@dataclass
+class Asa:
+    """Proactive submission at forecast_end(after) - predicted_wait (seed 004)."""
+
+    predict: WaitPredictor
+    dependency: bool = True
+    idle_cancel_s: float = 600.0
+    """asa-naive: an early pilot that would idle longer than this is cancelled."""
+    name: str = "asa"
+    _predictions: dict[str, tuple[float, Any]] = field(default_factory=dict)
+
+    def decide(
+        self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> Plan:
+        actions: list[Submit | Cancel] = []
+        notes: list[str] = []
+        wake: list[float] = []
+        live = {s: p for p in pilots for s in p.stages}
+        if not self.dependency:
+            for cancel in self._idle_early(now, stages, pilots):
+                actions.append(cancel)
+                notes.append(f"stage {cancel.pilot_id}: {cancel.why}")
+                live = {s: p for s, p in live.items() if p.pilot_id != cancel.pilot_id}
+        for view in _unserved(stages, [p for p in pilots if p.pilot_id in _ids(live)]):
+            wait, prediction = self._prediction(view)
+            if view.phase != Phase.WAITING:
+                actions.append(Submit((view.name,), view.allocation, (), wait, prediction))
+                notes.append(f"stage {view.name}: ready, predicted wait {wait:,.0f} s, submitting")
+                self._predictions.pop(view.name)
+                continue
+            end = self._inputs_end(view, stages)
+            if end is None:
+                continue
+            at = end - wait
+            if now < at:
+                wake.append(at)
+                notes.append(
+                    f"stage {view.name}: predicted wait {wait:,.0f} s, "
+                    f"submitting at t+{at:,.0f} s"
+                )
+                continue
+            after = self._after(view, stages, live)
+            actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
+            notes.append(
+                f"stage {view.name}: predicted wait {wait:,.0f} s, stage ends ~t+{end:,.0f} s, "
+                f"submitting now" + (" after " + ", ".join(after) if after else "")
+            )
+            self._predictions.pop(view.name)
+        return Plan(tuple(actions), min(wake, default=None), tuple(notes))
+
+    def _prediction(self, view: StageView) -> tuple[float, Any]:
+        if view.name not in self._predictions:
+            self._predictions[view.name] = self.predict(view.allocation)
+        return self._predictions[view.name]
+
+    @staticmethod
+    def _inputs_end(view: StageView, stages: Mapping[str, StageView]) -> float | None:
+        """When the stages ``view`` waits for are forecast to end; None if not all are running."""
+        ends = []
+        for name in view.after:
+            before = stages[name]
+            if before.phase == Phase.DONE:
+                continue
+            if before.phase != Phase.RUNNING or before.forecast_end is None:
+                return None
+            ends.append(before.forecast_end)
+        return max(ends, default=None)
+
+    def _after(
+        self, view: StageView, stages: Mapping[str, StageView], live: Mapping[str, PilotView]
+    ) -> tuple[str, ...]:
+        if not self.dependency:
+            return ()
+        pilots = {live[a].pilot_id for a in view.after if stages[a].phase.open and a in live}
+        return tuple(sorted(pilots))
+
+    def _idle_early(
+        self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> list[Cancel]:
+        cancels = []
+        for pilot in pilots:
+            if not pilot.started or pilot.busy:
+                continue
+            views = [stages[s] for s in pilot.stages]
+            if any(v.phase != Phase.WAITING for v in views):
+                continue
+            ends = [self._inputs_end(v, stages) for v in views]
+            known = [e for e in ends if e is not None]
+            if known and min(known) - now > self.idle_cancel_s:
+                idle = min(known) - now
+                cancels.append(
+                    Cancel(pilot.pilot_id, f"started early, would idle {idle:,.0f} s: cancelled")
+                )
+        return cancels
+
+
+def _ids(live: Mapping[str, PilotView]) -> set[str]:
+    return {p.pilot_id for p in live.values()}
+
+
+TrueWait = Callable[[Allocation], float]
+"""The simulator's answer: how long a pilot of this allocation submitted now would wait."""
+
+
+@dataclass
+class Oracle(Asa):
+    """ASA with the true wait, from a what-if replay of the simulated queue: a lower bound."""
+
+    true_wait: TrueWait | None = None
+    name: str = "oracle"
+
+    def _prediction(self, view: StageView) -> tuple[float, Any]:
+        assert self.true_wait is not None
+        return self.true_wait(view.allocation), None
+
+
+STRATEGIES = ("bigjob", "per-stage", "asa", "asa-naive", "oracle")
+
+
+def make_planner(
+    strategy: str,
+    *,
+    predict: WaitPredictor | None = None,
+    true_wait: TrueWait | None = None,
+    idle_cancel_s: float = 600.0,
+) -> Planner:
+    """The planner for ``strategy`` (one of :data:`STRATEGIES`)."""
+    if strategy == "bigjob":
+        return BigJob()
+    if strategy == "per-stage":
+        return PerStage()
+    if strategy in ("asa", "asa-naive"):
+        if predict is None:
+            raise ValueError(f"strategy {strategy} needs a queue-wait predictor")
+        naive = strategy == "asa-naive"
+        return Asa(predict, dependency=not naive, idle_cancel_s=idle_cancel_s, name=strategy)
+    if strategy == "oracle":
+        if true_wait is None:
+            raise ValueError("strategy oracle needs the simulator's true waits (--backend mock)")
+        return Oracle(lambda _: (0.0, None), true_wait=true_wait)
+    raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def workflow_views(workflow: Workflow) -> dict[str, StageView]:
+    """Initial views: roots ready, the rest waiting."""
+    return {
+        s.name: StageView(
+            s.name, s.after, s.allocation, Phase.READY if not s.after else Phase.WAITING
+        )
+        for s in workflow.stages
+    }

@@ -1,0 +1,147 @@
+"""Simulated tasks and workers: what a task really needs, and a worker that honours it.
+
+Each task's truth (duration and peaks) is drawn once from its stage's
+``[simulate]`` distributions with a generator seeded by (seed, stage, task),
+so every strategy of a comparison meets exactly the same tasks.
+
+A simulated worker enforces allocations as the real monitor does: memory,
+disk and wall time are limits (exceeding one kills the attempt: at the end
+of its run under the slow-peaks assumption of seed 003, or where its memory
+series crosses the limit); cores are not a limit, so a task given fewer
+cores than it uses runs proportionally longer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from learners.resources import Resources
+from learners.sizing.base import Exhaustion
+from orchestrator import clock
+from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from workflows.spec import Simulation, Stage, Task
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTruth:
+    """What a simulated task needs; ``peak.wall`` is its duration on enough cores."""
+
+    peak: Resources
+    input_size: float | None = None
+    memory_series: tuple[float, ...] | None = None
+    sample_interval_s: float = 1.0
+
+
+DEFAULT_TRUTH = Resources(cores=1.0, memory=100.0, disk=10.0, wall=60.0)
+"""What a task needs when its stage's ``[simulate]`` table says nothing of a resource."""
+
+
+def task_truths(stages: Iterable[Stage], tasks: Iterable[Task], seed: int) -> dict[str, TaskTruth]:
+    """Every task's truth, reproducible from ``seed`` whatever the order of runs."""
+    by_name = {s.name: s for s in stages}
+    return {t.id: _truth(by_name[t.stage].simulate, t, seed) for t in tasks}
+
+
+def _truth(sim: Simulation | None, task: Task, seed: int) -> TaskTruth:
+    rng = np.random.default_rng([seed, zlib.crc32(task.stage.encode()), task.index])
+    if sim is None:
+        return TaskTruth(DEFAULT_TRUTH)
+
+    def draw(dist, default: float) -> float:
+        return default if dist is None else float(dist.sample(rng))
+
+    peak = Resources(
+        cores=max(draw(sim.cores, DEFAULT_TRUTH.cores), 0.01),
+        memory=draw(sim.memory, DEFAULT_TRUTH.memory),
+        disk=draw(sim.disk, DEFAULT_TRUTH.disk),
+        wall=max(draw(sim.duration, DEFAULT_TRUTH.wall), 0.0),
+    )
+    size = None if sim.input_size is None else float(sim.input_size.sample(rng))
+    return TaskTruth(peak, input_size=size)
+
+
+def simulate_attempt(truth: TaskTruth, allocation: Resources) -> tuple[float, Outcome, Resources, Exhaustion | None]:
+    """How long an attempt runs, how it ends, what it used, and what it exhausted."""
+    need = truth.peak
+    stretch = max(1.0, need.cores / allocation.cores) if allocation.cores > 0 else 1.0
+    duration = need.wall * stretch
+    ends = [(duration, None)]
+    for resource in ("memory", "disk"):
+        if need[resource] > allocation[resource] + 1e-9:
+            at = duration
+            if resource == "memory" and truth.memory_series is not None:
+                at = _crossing(truth, allocation.memory) * stretch
+            ends.append((at, resource))
+    if duration > allocation.wall + 1e-9:
+        ends.append((allocation.wall, "wall"))
+    at, resource = min(ends, key=lambda e: (e[0], e[1] is None))
+    used = Resources(need.cores, need.memory, need.disk, at)
+    if resource is None:
+        return at, Outcome.SUCCESS, used, None
+    measured = allocation[resource]
+    used = used.with_(resource, measured) if resource != "wall" else used
+    return at, Outcome.EXHAUSTED, used, Exhaustion(resource, measured)
+
+
+def _crossing(truth: TaskTruth, limit: float) -> float:
+    series = np.asarray(truth.memory_series)
+    above = np.flatnonzero(series > limit)
+    return float(above[0]) * truth.sample_interval_s if above.size else truth.peak.wall
+
+
+class SimWorker:
+    """One node of a running simulated pilot."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        pilot_id: str,
+        capacity: Resources,
+        end_time: float,
+        truths: dict[str, TaskTruth],
+    ) -> None:
+        self.id = worker_id
+        self.pilot_id = pilot_id
+        self.capacity = capacity
+        self.end_time = end_time
+        self._truths = truths
+        self._running: dict[tuple[str, int], tuple[asyncio.Future[AttemptResult], asyncio.TimerHandle]] = {}
+
+    async def run(self, spec: AttemptSpec) -> AttemptResult:
+        truth = self._truths[spec.task_id]
+        duration, outcome, used, exhaustion = simulate_attempt(truth, spec.allocation)
+        result = AttemptResult(
+            spec.task_id,
+            spec.attempt,
+            outcome,
+            used,
+            exit_code=0 if outcome == Outcome.SUCCESS else None,
+            exhaustion=exhaustion,
+        )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[AttemptResult] = loop.create_future()
+        key = (spec.task_id, spec.attempt)
+        handle = loop.call_at(clock.now() + duration, self._finish, key, result)
+        self._running[key] = (future, handle)
+        return await future
+
+    def _finish(self, key: tuple[str, int], result: AttemptResult) -> None:
+        future, _ = self._running.pop(key)
+        if not future.done():
+            future.set_result(result)
+
+    def lose(self) -> None:
+        """The node's pilot ended: every running attempt is lost."""
+        now = clock.now()
+        for (task_id, attempt), (future, handle) in self._running.items():
+            handle.cancel()
+            if not future.done():
+                lost = AttemptResult(task_id, attempt, Outcome.LOST, Resources(wall=0.0))
+                future.set_result(lost)
+        self._running.clear()
+        del now
