@@ -37,11 +37,14 @@ decreasing γ_t slows down round after round (γ_t → 0 freezes p); :class:`Gam
 **Policies** (section 4.4): ``default`` is Algorithm 1; ``tuned`` scores each observed wait on
 50 cases (the repetition of section 4.5), which converges fast but follows the latest waits;
 ``greedy`` always predicts the alternative with the lowest mean loss so far (0 before it was
-ever tried; ties to the smaller wait), the textbook greedy action-value rule. Greedy climbs the
-grid from the smallest wait to the true one and climbs again when the wait rises, but after a
-drop every alternative below has mean loss 1 from its climb while the old one keeps a mean
-below 1 for ever: it stays on the old, too long wait, and a pilot submitted that early with a
-dependency gains nothing over per-stage submission (the failure of Figure 5).
+ever tried; ties to the smaller wait), the textbook greedy action-value rule. It climbs the
+grid from the smallest wait to the true one, and on when the wait rises; but after a drop it
+climbs through the untried larger waits, and then every alternative has mean loss 1 except
+those that were once right, whose means stay below 1 for ever: it predicts the one of them
+with the best record, whatever the queue does from then on. This is Figure 5's failure, where
+greedy "reaches a local minimum, and does not behave correctly afterwards". (The largest p,
+the least *summed* loss, would not get stuck: untried alternatives keep their weight, so it
+rescans the grid after every change.)
 
 **Outcome** of a prediction: ``hit`` (the closest alternative), ``over`` (a miss: above the
 closest alternative, so the allocation would start before it is needed: Table 2's misses,
