@@ -24,7 +24,7 @@ from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures
 from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.forecast import Durations, forecast_end
-from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, StageView, Submit
+from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
 from orchestrator.pool import Pool, Worker
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
@@ -51,10 +51,6 @@ class WorkerSource(Protocol):
     def ended(self, pilot: PilotRun, workers: Sequence[Worker]) -> None:
         """The pilot's allocation ended: its workers are gone."""
         ...
-
-
-class RunFailed(Exception):
-    """A task could not succeed; the run stopped (its store record says why)."""
 
 
 @dataclass
@@ -89,6 +85,7 @@ class StageRun:
 class PilotRun:
     pilot_id: str
     stages: tuple[str, ...]
+    allocation: Allocation
     request: PilotRequest
     submit_t: float
     predicted_wait: float | None = None
@@ -239,6 +236,8 @@ class Engine:
         for note in plan.notes:
             self._note(note)
         await self.store.flush()
+        if self.learner is not None:
+            await self.learner.save(self.store)
         for action in plan.actions:
             if isinstance(action, Submit):
                 await self._submit(action)
@@ -379,6 +378,7 @@ class Engine:
         pilot = PilotRun(
             pilot_id,
             action.stages,
+            alloc,
             request,
             self.now(),
             action.predicted_wait,
@@ -450,7 +450,7 @@ class Engine:
         wait = info.wait
         if wait is None or self.learner is None:
             return
-        pilot.hit = self.learner.observe_wait(pilot.request_allocation, pilot.prediction, wait)
+        pilot.hit = self.learner.observe_wait(pilot.allocation, pilot.prediction, wait)
         self.store.stage(
             "waits",
             {"run_id": self.run_id, "pilot_id": pilot.pilot_id},
@@ -460,7 +460,6 @@ class Engine:
             hit=pilot.hit,
             t=self.now(),
         )
-        self._needs_learner_save = True
 
     def _pilot_ended(self, pilot: PilotRun, info: JobInfo) -> None:
         workers, pilot.workers = pilot.workers, []
@@ -735,5 +734,3 @@ def _request_json(request: PilotRequest) -> dict[str, Any]:
         "extra": list(request.extra),
     }
 
-
-__all__ = ["Engine", "EngineOptions", "PilotRun", "RunFailed", "StageRun", "TaskRun", "Plan"]

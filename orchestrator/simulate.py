@@ -65,8 +65,18 @@ def _truth(sim: Simulation | None, task: Task, seed: int) -> TaskTruth:
     return TaskTruth(peak, input_size=size)
 
 
-def simulate_attempt(truth: TaskTruth, allocation: Resources) -> tuple[float, Outcome, Resources, Exhaustion | None]:
-    """How long an attempt runs, how it ends, what it used, and what it exhausted."""
+@dataclass(frozen=True, slots=True)
+class SimulatedEnd:
+    """How a simulated attempt ends: after ``duration`` s, with ``outcome``, having used ``used``."""
+
+    duration: float
+    outcome: Outcome
+    used: Resources
+    exhaustion: Exhaustion | None = None
+
+
+def simulate_attempt(truth: TaskTruth, allocation: Resources) -> SimulatedEnd:
+    """How an attempt of a task with this truth ends within ``allocation``."""
     need = truth.peak
     stretch = max(1.0, need.cores / allocation.cores) if allocation.cores > 0 else 1.0
     duration = need.wall * stretch
@@ -82,16 +92,24 @@ def simulate_attempt(truth: TaskTruth, allocation: Resources) -> tuple[float, Ou
     at, resource = min(ends, key=lambda e: (e[0], e[1] is None))
     used = Resources(need.cores, need.memory, need.disk, at)
     if resource is None:
-        return at, Outcome.SUCCESS, used, None
+        return SimulatedEnd(at, Outcome.SUCCESS, used)
     measured = allocation[resource]
-    used = used.with_(resource, measured) if resource != "wall" else used
-    return at, Outcome.EXHAUSTED, used, Exhaustion(resource, measured)
+    if resource != "wall":
+        used = used.with_(resource, measured)
+    return SimulatedEnd(at, Outcome.EXHAUSTED, used, Exhaustion(resource, measured))
 
 
 def _crossing(truth: TaskTruth, limit: float) -> float:
     series = np.asarray(truth.memory_series)
     above = np.flatnonzero(series > limit)
     return float(above[0]) * truth.sample_interval_s if above.size else truth.peak.wall
+
+
+@dataclass(slots=True)
+class _Running:
+    future: asyncio.Future[AttemptResult]
+    timer: asyncio.TimerHandle
+    start: float
 
 
 class SimWorker:
@@ -110,38 +128,63 @@ class SimWorker:
         self.capacity = capacity
         self.end_time = end_time
         self._truths = truths
-        self._running: dict[tuple[str, int], tuple[asyncio.Future[AttemptResult], asyncio.TimerHandle]] = {}
+        self._running: dict[tuple[str, int], _Running] = {}
 
     async def run(self, spec: AttemptSpec) -> AttemptResult:
-        truth = self._truths[spec.task_id]
-        duration, outcome, used, exhaustion = simulate_attempt(truth, spec.allocation)
+        end = simulate_attempt(self._truths[spec.task_id], spec.allocation)
         result = AttemptResult(
             spec.task_id,
             spec.attempt,
-            outcome,
-            used,
-            exit_code=0 if outcome == Outcome.SUCCESS else None,
-            exhaustion=exhaustion,
+            end.outcome,
+            end.used,
+            exit_code=0 if end.outcome == Outcome.SUCCESS else None,
+            exhaustion=end.exhaustion,
         )
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[AttemptResult] = loop.create_future()
         key = (spec.task_id, spec.attempt)
-        handle = loop.call_at(clock.now() + duration, self._finish, key, result)
-        self._running[key] = (future, handle)
-        return await future
+        now = clock.now()
+        running = _Running(
+            loop.create_future(), loop.call_at(now + end.duration, self._finish, key, result), now
+        )
+        self._running[key] = running
+        return await running.future
 
     def _finish(self, key: tuple[str, int], result: AttemptResult) -> None:
-        future, _ = self._running.pop(key)
-        if not future.done():
-            future.set_result(result)
+        running = self._running.pop(key)
+        if not running.future.done():
+            running.future.set_result(result)
 
     def lose(self) -> None:
         """The node's pilot ended: every running attempt is lost."""
         now = clock.now()
-        for (task_id, attempt), (future, handle) in self._running.items():
-            handle.cancel()
-            if not future.done():
-                lost = AttemptResult(task_id, attempt, Outcome.LOST, Resources(wall=0.0))
-                future.set_result(lost)
+        for (task_id, attempt), running in self._running.items():
+            running.timer.cancel()
+            if not running.future.done():
+                used = Resources(wall=now - running.start)
+                running.future.set_result(AttemptResult(task_id, attempt, Outcome.LOST, used))
         self._running.clear()
-        del now
+
+
+class SimulatedWorkers:
+    """Worker source of simulated pilots: one worker per node share, at the pilot's start."""
+
+    def __init__(self, truths: dict[str, TaskTruth], disk_mb: float = 1_000_000.0) -> None:
+        self.truths = truths
+        self.disk_mb = disk_mb
+
+    def started(self, pilot, info) -> list[SimWorker]:
+        end = (info.start_time or clock.now()) + pilot.request.time_limit_s
+        return [
+            SimWorker(
+                f"{pilot.pilot_id}/{share.node}",
+                pilot.pilot_id,
+                Resources(share.cores, share.memory_mb, self.disk_mb),
+                end,
+                self.truths,
+            )
+            for share in info.nodes
+        ]
+
+    def ended(self, pilot, workers) -> None:
+        for worker in workers:
+            worker.lose()
