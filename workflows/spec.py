@@ -6,10 +6,12 @@ API builds directly. Loading and validation live beside it (``load``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from learners.resources import Resources
+from workflows import template
 from workflows.synthetic import Distribution
 
 
@@ -33,7 +35,10 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class Simulation:
-    """How a stage's tasks behave in simulated runs: distributions or a trace of records."""
+    """How a stage's tasks behave in simulated runs: distributions or a trace of records.
+
+    Units: duration in seconds, cores in cores, memory and disk in MB, input_size in bytes.
+    """
 
     duration: Distribution | None = None
     cores: Distribution | None = None
@@ -91,6 +96,23 @@ class Stage:
     allocation: Allocation
     after: tuple[str, ...] = ()
     simulate: Simulation | None = None
+
+    def expand(self) -> tuple[Task, ...]:
+        """The stage's concrete tasks, in order: one per item, or ``count`` of them."""
+        t = self.tasks
+        items: Iterable[str | None] = t.items if t.items is not None else [None] * (t.count or 0)
+        return tuple(
+            Task(
+                stage=self.name,
+                index=index,
+                command=template.render(t.command, stage=self.name, index=index, item=item),
+                category=t.category or self.name,
+                declared=t.declared,
+                max_attempts=t.max_attempts,
+                item=item,
+            )
+            for index, item in enumerate(items)
+        )
 
 
 @dataclass(frozen=True, slots=True)
