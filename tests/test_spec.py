@@ -1,6 +1,7 @@
 """Workflow files: every feature, every way to get one wrong, and the Python API."""
 
 import dataclasses
+import re
 import shlex
 import textwrap
 from pathlib import Path
@@ -101,6 +102,10 @@ CORPUS = [
     case("no stages", "stage", "a workflow needs at least one [[stage]]", """
         # <-
         name = "wf"
+        """),
+    case("empty stage array", "stage", "a workflow needs at least one [[stage]]", """
+        name = "wf"
+        stage = []  # <-
         """),
     case("stage as table", "stage", "write each stage as [[stage]]", """
         name = "wf"
@@ -1061,6 +1066,14 @@ def test_stages_may_run_after_later_stages():
     assert [s.after for s in loads(text).stages] == [("a",), ()]
 
 
+def test_the_documented_example_loads():
+    doc = (Path(__file__).parent.parent / "docs" / "workflows.md").read_text()
+    first = re.search(r"```toml\n(.*?)```", doc, re.DOTALL)
+    assert first is not None
+    w = loads(first.group(1))
+    assert [(s.name, s.after) for s in w.stages] == [("search", ()), ("merge", ("search",))]
+
+
 # --- the Python API --------------------------------------------------------------------------
 
 
@@ -1192,6 +1205,7 @@ def test_validate_catches_what_the_loader_catches(edit, defect):
     ("workflow", "field", "message"),
     [
         (Workflow("w", ()), "stage", "at least one stage"),
+        (Workflow("w", list(python_full().stages)), "stage", "must be a tuple of Stage"),
         (Workflow("w w", python_full().stages), "name", "must be letters"),
         (Workflow("w", python_full().stages, scale=0), "scale", "positive integer"),
         (Workflow("w", ("not a stage",)), "stage[1]", "must be a Stage"),  # type: ignore[arg-type]

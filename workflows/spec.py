@@ -328,7 +328,10 @@ def _workflow_problems(workflow: Workflow) -> list[checks.Problem]:
         problems.append((("name",), problem[1]))
     if problem := checks.optional(checks.positive_int)(workflow.scale):
         problems.append((("scale",), problem[1]))
-    if not isinstance(workflow.stages, tuple) or not workflow.stages:
+    if not isinstance(workflow.stages, tuple):
+        problems.append((("stage",), f"must be a tuple of Stage, got {workflow.stages!r}"))
+        return problems
+    if not workflow.stages:
         problems.append((("stage",), "a workflow needs at least one stage"))
         return problems
     stages = [s for s in workflow.stages if isinstance(s, Stage)]
@@ -499,7 +502,7 @@ class _Loader:
         if problem := checks.optional(checks.positive_int)(scale):
             self.problem(("scale",), f"the scale asked for {problem[1]}")
         raw_stages = doc.get("stage")
-        if raw_stages is None:
+        if not raw_stages:
             self.problem(("stage",), "a workflow needs at least one [[stage]]")
             return None
         if not isinstance(raw_stages, list) or not all(isinstance(s, dict) for s in raw_stages):
