@@ -502,7 +502,7 @@ class _Loader:
         if problem := checks.optional(checks.positive_int)(scale):
             self.problem(("scale",), f"the scale asked for {problem[1]}")
         raw_stages = doc.get("stage")
-        if not raw_stages:
+        if raw_stages is None or raw_stages == []:
             self.problem(("stage",), "a workflow needs at least one [[stage]]")
             return None
         if not isinstance(raw_stages, list) or not all(isinstance(s, dict) for s in raw_stages):
