@@ -1,16 +1,26 @@
 """Workflows, stages and tasks: the objects every run starts from.
 
-The model below is what a TOML workflow file loads into and what the Python
-API builds directly. Loading and validation live beside it (``load``).
+The model below is what a TOML workflow file loads into (:func:`load`,
+:func:`loads`) and what the Python API builds directly; :func:`validate` makes
+the same semantic checks on both. The file format is described in
+``docs/workflows.md``. Every problem is a :class:`SpecError` naming the file,
+line and field, e.g. ``montage.toml:14: stage.diff.after: unknown stage 'projct'
+(did you mean 'project'?)``.
 """
 
 from __future__ import annotations
 
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from learners.resources import Resources
+from workflows import checks, quantity, readers, template
 from workflows.synthetic import Distribution
+from workflows.toml_lines import KeyPath, key_lines, line_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +43,10 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class Simulation:
-    """How a stage's tasks behave in simulated runs: distributions or a trace of records."""
+    """How a stage's tasks behave in simulated runs: distributions or a trace of records.
+
+    Units: duration in seconds, cores in cores, memory and disk in MB, input_size in bytes.
+    """
 
     duration: Distribution | None = None
     cores: Distribution | None = None
@@ -92,6 +105,23 @@ class Stage:
     after: tuple[str, ...] = ()
     simulate: Simulation | None = None
 
+    def expand(self) -> tuple[Task, ...]:
+        """The stage's concrete tasks, in order: one per item, or ``count`` of them."""
+        t = self.tasks
+        items: Iterable[str | None] = t.items if t.items is not None else [None] * (t.count or 0)
+        return tuple(
+            Task(
+                stage=self.name,
+                index=index,
+                command=template.render(t.command, stage=self.name, index=index, item=item),
+                category=t.category or self.name,
+                declared=t.declared,
+                max_attempts=t.max_attempts,
+                item=item,
+            )
+            for index, item in enumerate(items)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Workflow:
@@ -113,3 +143,431 @@ def declared_resources(task: Task, base: Resources) -> Resources:
     for name, value in task.declared.items():
         out = out.with_(name, value)  # type: ignore[arg-type]
     return out
+
+
+class SpecError(ValueError):
+    """A workflow that cannot run, and where: ``str(e)`` is ``"<file>:<line>: <field>: <message>"``.
+
+    ``field`` is dotted: ``stage.diff.after`` names a stage by its name,
+    ``stage[2].allocation.cores`` by its place (1-based) when it has no usable name.
+    ``path`` and ``line`` are None for workflows built in Python; ``field`` is
+    empty for TOML syntax errors.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str = "",
+        path: str | Path | None = None,
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.path = path
+        self.line = line
+
+    def __str__(self) -> str:
+        where = "" if self.path is None else str(self.path)
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        return ": ".join(part for part in (where, self.field, self.message) if part)
+
+
+# --- the keys of a workflow file ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """One key of a TOML table: the model attribute it fills, how to read it, its rule."""
+
+    attr: str
+    read: readers.Read
+    rule: checks.Rule
+
+
+_ALLOCATION: Mapping[str, _Field] = {
+    "cores": _Field("cores", readers.read_int, checks.positive_int),
+    "nodes": _Field("nodes", readers.read_int, checks.optional(checks.positive_int)),
+    "memory": _Field("memory_mb", readers.read_whole_mb, checks.optional(checks.positive_int)),
+    "time": _Field("time_limit_s", readers.read_seconds, checks.positive_number),
+    "partition": _Field("partition", readers.read_str, checks.optional(checks.word)),
+    "account": _Field("account", readers.read_str, checks.optional(checks.word)),
+    "qos": _Field("qos", readers.read_str, checks.optional(checks.word)),
+    "sbatch": _Field("sbatch", readers.read_options, checks.sbatch_options),
+}
+_TASKS: Mapping[str, _Field] = {
+    "command": _Field("command", readers.read_str, checks.valid_command),
+    "items": _Field("items", readers.read_items, checks.optional(checks.item_list)),
+    "count": _Field("count", readers.read_int, checks.optional(checks.positive_int)),
+    "cores": _Field("cores", readers.read_number, checks.optional(checks.positive_number)),
+    "memory": _Field("memory", readers.read_size, checks.optional(checks.positive_number)),
+    "disk": _Field("disk", readers.read_size, checks.optional(checks.positive_number)),
+    "wall": _Field("wall", readers.read_seconds, checks.optional(checks.positive_number)),
+    "category": _Field("category", readers.read_str, checks.optional(checks.nonempty_text)),
+    "max_attempts": _Field("max_attempts", readers.read_int, checks.positive_int),
+}
+_SIMULATE: Mapping[str, _Field] = {
+    **{
+        key: _Field(key, readers.read_distribution, checks.optional(checks.is_distribution))
+        for key in ("duration", "cores", "memory", "disk", "input_size")
+    },
+    "trace": _Field("trace", readers.read_path, checks.optional(checks.existing_file)),
+}
+_COMPONENTS: Mapping[str, tuple[type, Mapping[str, _Field], tuple[str, ...]]] = {
+    "allocation": (Allocation, _ALLOCATION, ("cores",)),
+    "tasks": (TaskTemplate, _TASKS, ("command",)),
+    "simulate": (Simulation, _SIMULATE, ()),
+}
+"""Stage key -> model class, its fields, and the keys a file must give."""
+
+_STAGE_KEYS = ("name", "after", "allocation", "tasks", "simulate")
+_TOP_KEYS = ("name", "scale", "stage")
+
+
+# --- checks across fields, shared by the loader and validate() -------------------------------
+
+
+def _allocation_problems(a: Allocation) -> Iterator[checks.Problem]:
+    if a.nodes is not None and a.nodes > a.cores:
+        yield ("nodes",), f"{a.nodes} nodes cannot share {a.cores} cores"
+    elif a.nodes is not None and a.cores % a.nodes:
+        yield ("nodes",), f"{a.cores} cores do not split evenly over {a.nodes} nodes"
+
+
+def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
+    if t.items is not None and t.count is not None:
+        yield ("count",), "give either items or count, not both"
+    elif t.items is None and t.count is None:
+        yield (), "needs items (one task each) or count (that many tasks)"
+    elif t.items is None and "item" in template.placeholders(t.command):
+        yield ("command",), "{item} needs items, but this stage has a count"
+
+
+def _simulate_problems(s: Simulation) -> Iterator[checks.Problem]:
+    if s.trace is not None and any(getattr(s, k) is not None for k in _SIMULATE if k != "trace"):
+        yield ("trace",), "give a trace or distributions, not both"
+
+
+def _fit_problems(t: TaskTemplate, a: Allocation) -> Iterator[checks.Problem]:
+    """A task declaring more than its stage's pilot has could never start."""
+    nodes = a.nodes or 1
+    where = " per node" if a.nodes else ""
+    if t.cores is not None and t.cores > a.cores / nodes:
+        yield (
+            ("tasks", "cores"),
+            f"a task declares {t.cores:g} cores but the allocation has {a.cores / nodes:g}{where}",
+        )
+    if t.memory is not None and a.memory_mb is not None and t.memory > a.memory_mb / nodes:
+        yield (
+            ("tasks", "memory"),
+            f"a task declares {t.memory:g} MB but the allocation has "
+            f"{a.memory_mb / nodes:g} MB{where}",
+        )
+    if t.wall is not None and t.wall > a.time_limit_s:
+        yield (
+            ("tasks", "wall"),
+            f"a task declares {t.wall:g} s of wall time but the allocation's time limit "
+            f"is {a.time_limit_s:g} s",
+        )
+
+
+_CROSS: Mapping[str, Callable[[Any], Iterator[checks.Problem]]] = {
+    "allocation": _allocation_problems,
+    "tasks": _tasks_problems,
+    "simulate": _simulate_problems,
+}
+
+
+def _stage_problems(stage: Stage) -> Iterator[checks.Problem]:
+    """Every problem of one stage's allocation, tasks and simulation (names and order aside)."""
+    whole = True
+    for key, (cls, table, _) in _COMPONENTS.items():
+        value = getattr(stage, key)
+        if value is None and key == "simulate":
+            continue
+        if not isinstance(value, cls):
+            whole = False
+            yield (key,), f"must be a {cls.__name__}, got {value!r}"
+            continue
+        broken = [(k, p) for k, f in table.items() if (p := f.rule(getattr(value, f.attr)))]
+        yield from (((key, k, *at), message) for k, (at, message) in broken)
+        if broken:
+            whole = False
+        else:
+            yield from (((key, *at), p) for at, p in _CROSS[key](value))
+    if whole:
+        yield from _fit_problems(stage.tasks, stage.allocation)
+
+
+def _labels(names: list[Any]) -> list[str]:
+    """How fields name each stage: ``stage.<name>``, or ``stage[<n>]`` without a usable name."""
+    labels, seen = [], set()
+    for i, name in enumerate(names):
+        usable = isinstance(name, str) and checks.NAME.match(name) and name not in seen
+        labels.append(f"stage.{name}" if usable else f"stage[{i + 1}]")
+        if isinstance(name, str):
+            seen.add(name)
+    return labels
+
+
+def _field(path: KeyPath, labels: list[str]) -> str:
+    out, rest = "", path
+    if len(path) >= 2 and path[0] == "stage" and isinstance(path[1], int):
+        out, rest = labels[path[1]], path[2:]
+    for part in rest:
+        out += f"[{part + 1}]" if isinstance(part, int) else f".{part}" if out else part
+    return out
+
+
+def _workflow_problems(workflow: Workflow) -> list[checks.Problem]:
+    """All problems of a workflow built in Python, roughly in the order a file would list them."""
+    problems: list[checks.Problem] = []
+    if problem := checks.valid_name(workflow.name):
+        problems.append((("name",), problem[1]))
+    if problem := checks.optional(checks.positive_int)(workflow.scale):
+        problems.append((("scale",), problem[1]))
+    if not isinstance(workflow.stages, tuple):
+        problems.append((("stage",), f"must be a tuple of Stage, got {workflow.stages!r}"))
+        return problems
+    if not workflow.stages:
+        problems.append((("stage",), "a workflow needs at least one stage"))
+        return problems
+    stages = [s for s in workflow.stages if isinstance(s, Stage)]
+    if len(stages) != len(workflow.stages):
+        bad = next(i for i, s in enumerate(workflow.stages) if not isinstance(s, Stage))
+        problems.append((("stage", bad), "must be a Stage"))
+        return problems
+    per_stage: list[list[checks.Problem]] = [[] for _ in stages]
+    names = [s.name if isinstance(s.name, str) else None for s in stages]
+    afters = [tuple(s.after) if isinstance(s.after, tuple) else None for s in stages]
+    for i, s in enumerate(stages):
+        if names[i] is None:
+            per_stage[i].append((("name",), f"must be a string, got {s.name!r}"))
+        if afters[i] is None:
+            per_stage[i].append((("after",), f"must be a tuple of stage names, got {s.after!r}"))
+    for i, at, message in checks.graph_problems(names, afters):
+        per_stage[i].append((at, message))
+    order = {key: n for n, key in enumerate(_STAGE_KEYS)}
+    for i, s in enumerate(stages):
+        per_stage[i].extend(_stage_problems(s))
+        per_stage[i].sort(key=lambda p: order.get(str(p[0][0]) if p[0] else "", 0))
+        problems.extend((("stage", i, *at), message) for at, message in per_stage[i])
+    return problems
+
+
+def validate(workflow: Workflow) -> None:
+    """Raise :class:`SpecError` for the first problem of ``workflow``, built in Python or loaded."""
+    problems = _workflow_problems(workflow)
+    if problems:
+        path, message = problems[0]
+        names = [getattr(s, "name", None) for s in workflow.stages or ()]
+        raise SpecError(message, field=_field(path, _labels(names)), path=workflow.source)
+
+
+# --- the TOML loader -------------------------------------------------------------------------
+
+_NAME_KEY = _Field("name", readers.read_str, checks.valid_name)
+_SCALE_KEY = _Field("scale", readers.read_int, checks.positive_int)
+_AFTER_KEY = _Field("after", readers.read_names, lambda _: None)  # names are checked with the graph
+
+
+EXAMPLES = Path(__file__).parent / "examples"
+
+
+def example(name: str) -> Path:
+    """The path of a shipped example workflow: ``montage``, ``blast``, ``statistics``, ``demo``."""
+    path = EXAMPLES / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.toml")))
+        raise SpecError(f"no example named {name!r} (known: {known})")
+    return path
+
+
+def load(path: str | Path, *, scale: int | None = None) -> Workflow:
+    """Read and validate a workflow file; ``scale`` overrides the file's ``scale``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError(f"cannot read the file: {e.strerror or e}", path=path) from None
+    except UnicodeDecodeError:
+        raise SpecError("the file is not UTF-8 text", path=path) from None
+    return loads(text, source=path, scale=scale)
+
+
+def loads(text: str, *, source: str | Path = "<string>", scale: int | None = None) -> Workflow:
+    """Parse and validate a workflow given as TOML text.
+
+    ``source`` names the text in errors; unless it is ``"<string>"`` it is the
+    file's path, whose directory relative globs and trace paths start from
+    (otherwise they start from the current directory).
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        message, line = _syntax_error(str(e), text)
+        raise SpecError(message, path=source, line=line) from None
+    from_file = str(source) != "<string>"
+    base_dir = Path(source).parent.absolute() if from_file else Path.cwd()
+    loader = _Loader(base_dir)
+    workflow = loader.workflow(doc, scale, Path(source) if from_file else None)
+    if workflow is None:
+        lines = key_lines(text)
+        first = min(
+            range(len(loader.problems)),
+            key=lambda i: (line_of(lines, loader.problems[i][0]), i),
+        )
+        path, message = loader.problems[first]
+        field = _field(path, _labels(loader.names))
+        raise SpecError(message, field=field, path=source, line=line_of(lines, path))
+    return workflow
+
+
+def _syntax_error(message: str, text: str) -> tuple[str, int]:
+    """tomllib's ``"Invalid value (at line 3, column 7)"`` as a message and a line."""
+    where = re.search(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)$", message)
+    base = message[: where.start()] if where else message
+    base = f"invalid TOML: {base[:1].lower()}{base[1:]}"
+    if where and where.group(1):
+        return f"{base} (column {where.group(2)})", int(where.group(1))
+    return f"{base} at the end of the file", max(1, len(text.splitlines()))
+
+
+class _Loader:
+    """Turns a parsed document into a :class:`Workflow`, collecting every problem with its path.
+
+    Keys are read one by one; a part (allocation, tasks, simulate) whose keys
+    all read well gets its cross-key checks, and names and ``after`` are
+    checked over all stages, so the first problem in the file is among those
+    found, whichever kind it is.
+    """
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.problems: list[checks.Problem] = []
+        self.names: list[Any] = []
+
+    def problem(self, path: KeyPath, message: str) -> None:
+        self.problems.append((path, message))
+
+    def table(self, path: KeyPath, raw: Any, known: Iterable[str], required: Iterable[str]) -> bool:
+        """Whether ``raw`` is a table with only ``known`` keys and all ``required`` ones."""
+        if not isinstance(raw, dict):
+            self.problem(path, f"must be a table, got {quantity.describe(raw)}")
+            return False
+        clean = True
+        for key in raw:
+            try:
+                readers.check_keys({key: None}, known)
+            except readers.Invalid as e:
+                self.problem((*path, *e.at), str(e))
+                clean = False
+        if clean:  # a misspelt key is most likely the missing one: report only that
+            for key in required:
+                if key not in raw:
+                    self.problem((*path, key), "is missing (required)")
+                    clean = False
+        return clean
+
+    def read(self, path: KeyPath, raw: Any, key: _Field, ctx: readers.Context) -> tuple[bool, Any]:
+        """One key read and checked: ``(ok, value)``."""
+        try:
+            value = key.read(raw, ctx)
+        except readers.Invalid as e:
+            self.problem((*path, *e.at), str(e))
+            return False, None
+        except ValueError as e:
+            self.problem(path, str(e))
+            return False, None
+        if problem := key.rule(value):
+            at, message = problem
+            self.problem((*path, *at), message)
+            return False, None
+        return True, value
+
+    def workflow(
+        self, doc: dict[str, Any], scale: int | None, source: Path | None
+    ) -> Workflow | None:
+        ok = self.table((), doc, _TOP_KEYS, ("name",))
+        ctx = readers.Context(None, self.base_dir)
+        name_ok, name = (
+            self.read(("name",), doc["name"], _NAME_KEY, ctx) if "name" in doc else (False, None)
+        )
+        ok &= name_ok
+        if "scale" in doc:
+            scale_ok, file_scale = self.read(("scale",), doc["scale"], _SCALE_KEY, ctx)
+            ok &= scale_ok
+            scale = file_scale if scale is None else scale
+        if problem := checks.optional(checks.positive_int)(scale):
+            self.problem(("scale",), f"the scale asked for {problem[1]}")
+        raw_stages = doc.get("stage")
+        if raw_stages is None or raw_stages == []:
+            self.problem(("stage",), "a workflow needs at least one [[stage]]")
+            return None
+        if not isinstance(raw_stages, list) or not all(isinstance(s, dict) for s in raw_stages):
+            self.problem(("stage",), "must be an array of tables: write each stage as [[stage]]")
+            return None
+        self.names = [s.get("name") for s in raw_stages]
+        ctx = readers.Context(scale, self.base_dir)
+        stages, afters = [], []
+        for i, raw in enumerate(raw_stages):
+            stage, after = self.stage(("stage", i), raw, self.names[i - 1] if i else None, ctx)
+            stages.append(stage)
+            afters.append(after)
+        names = [n if isinstance(n, str) else None for n in self.names]
+        for i, at, message in checks.graph_problems(names, afters):
+            self.problem(("stage", i, *at), message)
+        if not ok or self.problems or not all(stages):
+            return None
+        return Workflow(name, tuple(stages), scale=scale, source=source)  # type: ignore[arg-type]
+
+    def stage(
+        self, path: KeyPath, raw: dict[str, Any], previous: Any, ctx: readers.Context
+    ) -> tuple[Stage | None, tuple[str, ...] | None]:
+        """The stage at ``path`` (None if broken) and its ``after`` (None if unreadable)."""
+        ok = self.table(path, raw, _STAGE_KEYS, ("name", "allocation", "tasks"))
+        if "name" in raw and not isinstance(raw["name"], str):
+            self.problem((*path, "name"), f"must be a string, got {quantity.describe(raw['name'])}")
+            ok = False
+        after: tuple[str, ...] | None = (previous,) if isinstance(previous, str) else ()
+        if "after" in raw:
+            after_ok, after = self.read((*path, "after"), raw["after"], _AFTER_KEY, ctx)
+            ok &= after_ok
+        parts: dict[str, Any] = {}
+        for key, (cls, keys, required) in _COMPONENTS.items():
+            if key in raw:
+                parts[key] = self.part((*path, key), raw[key], cls, keys, required, ctx)
+                ok &= parts[key] is not None
+        if parts.get("tasks") and parts.get("allocation"):
+            for at, message in _fit_problems(parts["tasks"], parts["allocation"]):
+                self.problem((*path, *at), message)
+        if not ok:
+            return None, after
+        return Stage(raw["name"], after=after, **parts), after
+
+    def part(
+        self,
+        path: KeyPath,
+        raw: Any,
+        cls: type,
+        keys: Mapping[str, _Field],
+        required: tuple[str, ...],
+        ctx: readers.Context,
+    ) -> Any:
+        """An Allocation, TaskTemplate or Simulation, or None when any key of it is wrong."""
+        ok = self.table(path, raw, keys, required)
+        if not isinstance(raw, dict):
+            return None
+        values = {}
+        for key, spec in keys.items():
+            if key in raw:
+                key_ok, values[spec.attr] = self.read((*path, key), raw[key], spec, ctx)
+                ok &= key_ok
+        if not ok:
+            return None
+        value = cls(**values)
+        cross = list(_CROSS[str(path[-1])](value))
+        for at, message in cross:
+            self.problem((*path, *at), message)
+        return None if cross else value

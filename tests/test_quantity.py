@@ -1,0 +1,120 @@
+import pytest
+
+from workflows.quantity import evaluate, seconds, size_mb, whole
+
+
+@pytest.mark.parametrize(
+    ("value", "mb"),
+    [
+        (4000, 4000),
+        (1.5, 1.5),
+        ("500", 500),
+        ("500M", 500),
+        ("500 MB", 500),
+        ("4G", 4000),
+        ("4g", 4000),
+        ("4GB", 4000),
+        ("1T", 1_000_000),
+        ("512K", 0.512),
+        ("1GiB", 1073.741824),
+        ("2 MiB", 2.097152),
+        ("scale * 4G", 112_000),
+        ("scale * 4G + 512M", 112_512),
+        ("(scale - 4) * 1G", 24_000),
+    ],
+)
+def test_sizes_in_mb(value, mb):
+    assert size_mb(value, scale=28) == pytest.approx(mb)
+
+
+@pytest.mark.parametrize(
+    ("value", "s"),
+    [
+        (3600, 3600),
+        ("3600", 3600),
+        ("90m", 5400),
+        ("90 min", 5400),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1h 30m 15s", 5415),
+        ("1d", 86400),
+        ("90:00", 5400),
+        ("1:30:00", 5400),
+        ("2-12", 216000),
+        ("1-02:03", 93780),
+        ("1-00:00:01", 86401),
+        ("3600 * 28 / scale", 1800),
+        ("2h / 2", 3600),
+    ],
+)
+def test_durations_in_seconds(value, s):
+    assert seconds(value, scale=56) == pytest.approx(s)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("scale", 28),
+        ("scale / 4", 7),
+        ("scale // 3", 9),
+        ("-scale + 30", 2),
+        ("+2", 2),
+        ("1e3", 1000),
+    ],
+)
+def test_expressions(text, value):
+    assert evaluate(text, scale=28) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "empty expression"),
+        ("scale ** 2", "only numbers, scale, + - * / // and parentheses"),
+        ("__import__('os').system('true')", "only numbers, scale"),
+        ("[1, 2]", "only numbers, scale"),
+        ("scale if 1 else 2", "unexpected 'else' after a number"),
+        ("(scale if 1 else 2)", "unexpected"),
+        ("x + 1", "unknown name 'x'"),
+        ("1 / 0", "division by zero"),
+        ("scale // (scale - 28)", "division by zero"),
+        ("4G", "unexpected 'G' after a number"),
+        ("'a'", "unexpected 'a'"),
+        ("True", "unexpected True"),
+        ("1 +", "cannot read '1 +'"),
+        (True, "got a boolean"),
+        ([1], "got an array"),
+        (None, "got None"),
+    ],
+)
+def test_bad_expressions(value, message):
+    with pytest.raises(ValueError) as e:
+        evaluate(value, scale=28)
+    assert message in str(e.value)
+
+
+def test_scale_must_be_set_to_be_used():
+    assert evaluate("2 * 3") == 6
+    with pytest.raises(ValueError, match="uses scale, but no scale is set"):
+        evaluate("2 * scale")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: size_mb("4X"), "unknown unit 'X' in '4X' (known: K, KB, M, MB, G, GB, T, TB"),
+        (lambda: seconds("2 hours"), "unknown unit 'hours'"),
+        (lambda: seconds("1:xx"), "cannot read '1:xx'"),
+        (lambda: size_mb("4G4"), "cannot read"),
+    ],
+)
+def test_unit_errors(call, message):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert message in str(e.value)
+
+
+def test_whole():
+    assert whole(7.0, "cores") == 7
+    with pytest.raises(ValueError, match=r"cores must be a whole number, got 7\.5"):
+        whole(7.5, "cores")

@@ -1,0 +1,202 @@
+"""Checks of workflow values, shared by the TOML loader and :func:`workflows.spec.validate`.
+
+A rule looks at one model value and returns ``None`` or a :data:`Problem`:
+a message, and where below the checked key it applies (an element of a
+list, say). The graph checks look at all stages' names and ``after`` lists.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from workflows import template
+from workflows.synthetic import Distribution
+from workflows.toml_lines import KeyPath
+
+Problem = tuple[KeyPath, str]
+"""What is wrong, and where below the key being checked (``()``: the key itself)."""
+
+Rule = Callable[[Any], "Problem | None"]
+"""A check of one value: None when fine."""
+
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
+"""Workflow and stage names: they name Slurm jobs and task ids (``stage.index``)."""
+
+_MANAGED_SBATCH = {
+    "-N": "nodes", "--nodes": "nodes", "-n": "cores", "--ntasks": "cores",
+    "--ntasks-per-node": "cores and nodes", "-c": "cores", "--cpus-per-task": "cores",
+    "--mem": "memory", "--mem-per-cpu": "memory", "-t": "time", "--time": "time",
+    "-p": "partition", "--partition": "partition", "-A": "account", "--account": "account",
+    "-q": "qos", "--qos": "qos", "-d": "stage order (after)", "--dependency": "stage order (after)",
+}  # fmt: skip
+
+
+def fail(message: str, *at: str | int) -> Problem:
+    return at, message
+
+
+def _show(value: Any) -> str:
+    """A value for a message: numbers as written in a file (``0``, not ``0.0``)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:g}"
+    return repr(value)
+
+
+def positive_int(value: Any) -> Problem | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return fail(f"must be a positive integer, got {_show(value)}")
+    return None
+
+
+def positive_number(value: Any) -> Problem | None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        return fail(f"must be a positive number, got {_show(value)}")
+    return None
+
+
+def word(value: Any) -> Problem | None:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        return fail(f"must be a non-empty string without spaces, got {value!r}")
+    return None
+
+
+def nonempty_text(value: Any) -> Problem | None:
+    if not isinstance(value, str) or not value.strip():
+        return fail(f"must be a non-empty string, got {value!r}")
+    return None
+
+
+def valid_name(value: Any) -> Problem | None:
+    if not isinstance(value, str) or not NAME.match(value):
+        return fail(
+            f"must be letters, digits, '_' or '-' (not starting with '-'), got {value!r}: "
+            "it names Slurm jobs and task ids"
+        )
+    return None
+
+
+def valid_command(value: Any) -> Problem | None:
+    if problem := nonempty_text(value):
+        return problem
+    try:
+        template.placeholders(value)
+    except ValueError as e:
+        return fail(str(e))
+    return None
+
+
+def sbatch_options(value: Any) -> Problem | None:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        return fail(f"must be a tuple of strings, got {value!r}")
+    for i, option in enumerate(value):
+        if not option.startswith("-"):
+            return fail(f"{option!r} is not an sbatch option (options start with '-')", i)
+        key = option.split("=", 1)[0].split()[0]
+        key = key if key.startswith("--") else key[:2]
+        if key in _MANAGED_SBATCH:
+            return fail(f"{key} is set by leadtime: use the allocation's {_MANAGED_SBATCH[key]}", i)
+    return None
+
+
+def item_list(value: Any) -> Problem | None:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        return fail(f"must be a tuple of strings, got {value!r}")
+    if not value:
+        return fail("is empty: a stage needs at least one task")
+    return None
+
+
+def is_distribution(value: Any) -> Problem | None:
+    if not isinstance(value, Distribution):
+        return fail(f"must be a Distribution, got {value!r}")
+    return None
+
+
+def existing_file(value: Any) -> Problem | None:
+    if not isinstance(value, Path):
+        return fail(f"must be a Path, got {value!r}")
+    if not value.is_file():
+        return fail(f"no such file: {value}")
+    return None
+
+
+def optional(rule: Rule) -> Rule:
+    return lambda value: None if value is None else rule(value)
+
+
+def graph_problems(
+    names: list[str | None], afters: list[tuple[str, ...] | None]
+) -> Iterator[tuple[int, KeyPath, str]]:
+    """Names and the ``after`` graph: ``(stage index, key path in the stage, message)``."""
+    index: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name is None:
+            continue
+        if problem := valid_name(name):
+            yield i, ("name", *problem[0]), problem[1]
+        elif name in index:
+            yield (
+                i,
+                ("name",),
+                f"duplicate stage name {name!r} (already the name of stage {index[name] + 1})",
+            )
+        else:
+            index[name] = i
+    edges: dict[int, list[int]] = {}
+    for i, after in enumerate(afters):
+        if after is None or names[i] is None or index.get(names[i]) != i:
+            continue  # checked once the stage has a name of its own
+        seen: set[str] = set()
+        for j, other in enumerate(after):
+            if not isinstance(other, str):
+                yield i, ("after", j), f"must be a stage name, got {other!r}"
+            elif other == names[i]:
+                yield i, ("after", j), "a stage cannot run after itself"
+            elif other in seen:
+                yield i, ("after", j), f"{other!r} is listed twice"
+            elif other not in index:
+                close = difflib.get_close_matches(other, list(index), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                yield i, ("after", j), f"unknown stage {other!r}{hint}"
+            else:
+                edges.setdefault(i, []).append(index[other])
+            if isinstance(other, str):
+                seen.add(other)
+    if cycle := _find_cycle(edges, len(names)):
+        start = cycle.index(min(cycle[:-1]))
+        cycle = cycle[start:-1] + cycle[: start + 1]
+        first, *rest = (repr(names[i]) for i in cycle)
+        chain = ", which runs after ".join(rest)
+        yield cycle[0], ("after",), f"cycle: {first} runs after {chain}"
+
+
+def _find_cycle(edges: dict[int, list[int]], n: int) -> list[int] | None:
+    """A cycle of ``edges`` as a closed walk ``[a, b, ..., a]``, looking in index order."""
+    state = [0] * n  # 0 unseen, 1 on the path, 2 done
+    for root in range(n):
+        if state[root]:
+            continue
+        path, iterators = [root], [iter(edges.get(root, ()))]
+        state[root] = 1
+        while path:
+            nxt = next(iterators[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                iterators.pop()
+            elif state[nxt] == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                path.append(nxt)
+                iterators.append(iter(edges.get(nxt, ())))
+    return None

@@ -1,0 +1,200 @@
+"""Where each key of a TOML document is written: tomllib parses values but keeps no lines.
+
+:func:`key_lines` scans the raw text of a document that tomllib already accepted
+and maps every key path to the 1-based line it is written on. Paths are the
+ones the parsed document has: ``("stage", 2, "allocation", "cores")`` is the
+``cores`` of the third ``[[stage]]``, whether written under
+``[stage.allocation]``, as ``allocation.cores = ...`` or inside an inline
+table; array elements get their index (``("stage", 0, "after", 1)``), and
+table headers the line of the header. The scanner knows just enough TOML
+to step over strings, comments, arrays and inline tables.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import re
+import tomllib
+
+KeyPath = tuple[str | int, ...]
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SCALAR_END = re.compile(r"[,\]}\n#]")
+
+
+def key_lines(text: str) -> dict[KeyPath, int]:
+    """Every key path of ``text`` (valid TOML) mapped to its line; best effort on anything else."""
+    scanner = _Scanner(text)
+    with contextlib.suppress(IndexError, ValueError):  # keep what was found before
+        scanner.document()
+    return scanner.lines
+
+
+def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int:
+    """The line of ``path``, else of its nearest written ancestor, else 1."""
+    for end in range(len(path), 0, -1):
+        if path[:end] in lines:
+            return lines[path[:end]]
+    return 1
+
+
+class _Scanner:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.newlines = [i for i, c in enumerate(text) if c == "\n"]
+        self.lines: dict[KeyPath, int] = {}
+        self.array_tables: dict[KeyPath, int] = {}
+        """Element count of each array of tables seen so far."""
+
+    def line(self, pos: int | None = None) -> int:
+        return bisect.bisect_left(self.newlines, self.pos if pos is None else pos) + 1
+
+    def record(self, path: KeyPath, line: int) -> None:
+        self.lines.setdefault(path, line)
+
+    def peek(self, n: int = 1) -> str:
+        return self.text[self.pos : self.pos + n]
+
+    def skip_blank(self, newlines: bool) -> None:
+        """Step over spaces, comments and (when ``newlines``) line ends."""
+        while self.pos < len(self.text):
+            c = self.text[self.pos]
+            if c in " \t\r" or (newlines and c == "\n"):
+                self.pos += 1
+            elif c == "#":
+                end = self.text.find("\n", self.pos)
+                self.pos = len(self.text) if end < 0 else end
+            else:
+                return
+
+    def document(self) -> None:
+        table: KeyPath = ()
+        while True:
+            self.skip_blank(newlines=True)
+            if self.pos >= len(self.text):
+                return
+            if self.peek(2) == "[[":
+                table = self.header(array=True)
+            elif self.peek() == "[":
+                table = self.header(array=False)
+            else:
+                self.keyval(table)
+
+    def header(self, array: bool) -> KeyPath:
+        line = self.line()
+        self.pos += 2 if array else 1
+        keys = self.key()
+        self.skip_blank(newlines=False)
+        self.pos += 2 if array else 1
+        path: KeyPath = ()
+        for i, key in enumerate(keys):
+            path = (*path, key)
+            last = i == len(keys) - 1
+            if array and last:
+                count = self.array_tables.get(path, 0)
+                self.array_tables[path] = count + 1
+                self.record(path, line)
+                path = (*path, count)
+            elif path in self.array_tables:
+                path = (*path, self.array_tables[path] - 1)
+            self.record(path, line)
+        return path
+
+    def keyval(self, table: KeyPath) -> None:
+        line = self.line()
+        keys = self.key()
+        path = table
+        for key in keys:
+            path = (*path, key)
+            self.record(path, line)
+        self.skip_blank(newlines=False)
+        self.pos += 1  # "="
+        self.value(path)
+
+    def key(self) -> list[str]:
+        """A dotted key: bare or quoted parts separated by dots."""
+        keys = []
+        while True:
+            self.skip_blank(newlines=False)
+            c = self.peek()
+            if c in "\"'":
+                start = self.pos
+                self.string()
+                keys.append(_unquote(self.text[start : self.pos]))
+            else:
+                match = _BARE_KEY.match(self.text, self.pos)
+                if match is None:
+                    raise ValueError(f"no key at {self.pos}")
+                keys.append(match.group())
+                self.pos = match.end()
+            self.skip_blank(newlines=False)
+            if self.peek() != ".":
+                return keys
+            self.pos += 1
+
+    def value(self, path: KeyPath) -> None:
+        self.skip_blank(newlines=False)
+        c = self.peek()
+        if c in "\"'":
+            self.string()
+        elif c == "[":
+            self.array(path)
+        elif c == "{":
+            self.inline_table(path)
+        else:
+            match = _SCALAR_END.search(self.text, self.pos)
+            self.pos = len(self.text) if match is None else match.start()
+
+    def array(self, path: KeyPath) -> None:
+        self.pos += 1
+        index = 0
+        while True:
+            self.skip_blank(newlines=True)
+            if self.peek() == "]":
+                self.pos += 1
+                return
+            self.record((*path, index), self.line())
+            self.value((*path, index))
+            index += 1
+            self.skip_blank(newlines=True)
+            if self.peek() == ",":
+                self.pos += 1
+
+    def inline_table(self, path: KeyPath) -> None:
+        self.pos += 1
+        while True:
+            self.skip_blank(newlines=False)
+            if self.peek() == "}":
+                self.pos += 1
+                return
+            self.keyval(path)
+            self.skip_blank(newlines=False)
+            if self.peek() == ",":
+                self.pos += 1
+
+    def string(self) -> None:
+        quote = self.peek()
+        triple = self.peek(3) == quote * 3
+        self.pos += 3 if triple else 1
+        while True:
+            c = self.text[self.pos]
+            if c == "\\" and quote == '"':
+                self.pos += 2
+            elif triple and self.peek(3) == quote * 3:
+                self.pos += 3
+                for _ in range(2):  # up to two quotes just before the closing three are content
+                    if self.peek() == quote:
+                        self.pos += 1
+                return
+            elif not triple and c == quote:
+                self.pos += 1
+                return
+            else:
+                self.pos += 1
+
+
+def _unquote(token: str) -> str:
+    """A quoted key's text, escapes decoded as TOML decodes them."""
+    return tomllib.loads(f"k = {token}")["k"]
