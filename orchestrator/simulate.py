@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +23,8 @@ from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
-from workflows.spec import Simulation, Stage, Task
+from workflows.spec import Simulation, Task, Workflow
+from workflows.synthetic import Distribution
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,33 +41,37 @@ DEFAULT_TRUTH = Resources(cores=1.0, memory=100.0, disk=10.0, wall=60.0)
 """What a task needs when its stage's ``[simulate]`` table says nothing of a resource."""
 
 
-def task_truths(stages: Iterable[Stage], tasks: Iterable[Task], seed: int) -> dict[str, TaskTruth]:
+def task_truths(workflow: Workflow, seed: int) -> dict[str, TaskTruth]:
     """Every task's truth, reproducible from ``seed`` whatever the order of runs."""
-    by_name = {s.name: s for s in stages}
-    return {t.id: _truth(by_name[t.stage].simulate, t, seed) for t in tasks}
+    truths = {}
+    for stage in workflow.stages:
+        tasks = stage.expand()
+        for task in tasks:
+            truths[task.id] = _truth(stage.simulate, task, task.index / len(tasks), seed)
+    return truths
 
 
-def _truth(sim: Simulation | None, task: Task, seed: int) -> TaskTruth:
-    rng = np.random.default_rng([seed, zlib.crc32(task.stage.encode()), task.index])
+def _truth(sim: Simulation | None, task: Task, position: float, seed: int) -> TaskTruth:
     if sim is None:
         return TaskTruth(DEFAULT_TRUTH)
+    rng = np.random.default_rng([seed, zlib.crc32(task.stage.encode()), task.index])
 
-    def draw(dist, default: float) -> float:
-        return default if dist is None else float(dist.sample(rng))
+    def draw(dist: Distribution | None, default: float) -> float:
+        return default if dist is None else dist.sample(rng, position)
 
     peak = Resources(
         cores=max(draw(sim.cores, DEFAULT_TRUTH.cores), 0.01),
         memory=draw(sim.memory, DEFAULT_TRUTH.memory),
         disk=draw(sim.disk, DEFAULT_TRUTH.disk),
-        wall=max(draw(sim.duration, DEFAULT_TRUTH.wall), 0.0),
+        wall=draw(sim.duration, DEFAULT_TRUTH.wall),
     )
-    size = None if sim.input_size is None else float(sim.input_size.sample(rng))
+    size = None if sim.input_size is None else sim.input_size.sample(rng, position)
     return TaskTruth(peak, input_size=size)
 
 
 @dataclass(frozen=True, slots=True)
 class SimulatedEnd:
-    """How a simulated attempt ends: after ``duration`` s, with ``outcome``, having used ``used``."""
+    """How a simulated attempt ends: when, how, and what it used."""
 
     duration: float
     outcome: Outcome

@@ -1,0 +1,186 @@
+"""The ``leadtime`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from backends.base import SubmitError
+from orchestrator import clock
+from orchestrator.dashboard import Dashboard
+from orchestrator.planner import STRATEGIES
+from orchestrator.report import run_table
+from orchestrator.session import TRACES, MockOptions, RunConfig, execute
+from orchestrator.store import Store, default_path
+from orchestrator.waits import DEFAULT_POLICY, POLICIES
+from workflows.spec import SpecError, Workflow, example, load
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Staged workflows on Slurm: right-sized pilots per stage, submitted ahead of time.",
+)
+out = Console()
+err = Console(stderr=True)
+
+Db = Annotated[Path | None, typer.Option("--db", help="Store file (default: XDG data dir).")]
+Seed = Annotated[int, typer.Option(help="Seed of every random draw (background load, tasks).")]
+Scale = Annotated[
+    int | None, typer.Option(help="Scaling factor of the workflow's cores (its `scale`).")
+]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def load_workflow(path: Path, scale: int | None) -> Workflow:
+    try:
+        return load(path, scale=scale)
+    except SpecError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{path}: {e.strerror or e}")
+
+
+def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
+    if value not in choices:
+        fail(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
+    return value
+
+
+def _mock(
+    trace: str | None, load_: float, priority: str, offset: float | None, seed: int
+) -> MockOptions:
+    if trace is not None and trace.upper() in TRACES:
+        trace = trace.upper()
+    elif trace is not None and not Path(trace).exists():
+        fail(f"--trace {trace}: not one of {', '.join(TRACES)} and no such file")
+    _choice(priority, ("submit", "eligible"), "priority")
+    return MockOptions(trace=trace, load=load_, priority=priority, offset=offset, seed=seed)
+
+
+@app.command()
+def validate(
+    file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
+    scale: Scale = None,
+) -> None:
+    """Check a workflow file; print what it contains. Exit code 2 when it is invalid."""
+    workflow = load_workflow(file, scale)
+    tasks = sum(len(s.expand()) for s in workflow.stages)
+    out.print(
+        f"{file}: workflow [bold]{workflow.name}[/], {len(workflow.stages)} stages, "
+        f"{tasks} tasks: valid"
+    )
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
+    backend: Annotated[str, typer.Option(help="mock (simulated cluster), local or slurm.")] = "mock",
+    strategy: Annotated[str, typer.Option(help=f"One of {', '.join(STRATEGIES)}.")] = "asa",
+    sizer: Annotated[str | None, typer.Option(help="Task sizer (see `leadtime sizers`).")] = None,
+    trace: Annotated[
+        str | None, typer.Option(help="Mock background load: HPC2N, KTH, CTC or an SWF file.")
+    ] = None,
+    load_: Annotated[
+        float, typer.Option("--load", help="Mock synthetic utilisation without --trace (0: idle).")
+    ] = 0.7,
+    priority: Annotated[
+        str, typer.Option(help="Mock queue order: submit (FIFO) or eligible time.")
+    ] = "submit",
+    offset: Annotated[
+        float | None, typer.Option(help="Mock trace offset in seconds from its start.")
+    ] = None,
+    policy: Annotated[
+        str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
+    ] = DEFAULT_POLICY,
+    seed: Seed = 0,
+    scale: Scale = None,
+    db: Db = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No live dashboard.")] = False,
+) -> None:
+    """Run a workflow and print its figures."""
+    workflow = load_workflow(file, scale)
+    _choice(strategy, STRATEGIES, "strategy")
+    _choice(policy, POLICIES, "policy")
+    if backend != "mock":
+        fail(f"--backend {backend}: not available yet; use --backend mock")
+    config = RunConfig(
+        strategy=strategy,
+        seed=seed,
+        scale=scale,
+        policy=policy,
+        mock=_mock(trace, load_, priority, offset, seed),
+        **({"sizer": sizer} if sizer else {}),
+    )
+    summary = _run(workflow, config, db, dashboard=not (quiet or json_))
+    if json_:
+        out.print_json(json.dumps(summary.as_json()))
+    else:
+        out.print(run_table(summary))
+    if summary.status != "done":
+        raise typer.Exit(1)
+
+
+def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: bool):
+    async def main():
+        async with await Store.open(db) as store:
+            if not dashboard:
+                return await execute(workflow, config, store)
+            with Dashboard(out) as view:
+                return await execute(workflow, config, store, observer=view)
+
+    try:
+        return clock.run(main(), virtual=True)
+    except SubmitError as e:
+        fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
+
+
+@app.command()
+def demo(
+    seed: Seed = 0,
+    db: Db = None,
+) -> None:
+    """Run the demo workflow on the simulated cluster and print its figures."""
+    workflow = load_workflow(example("demo"), None)
+    config = RunConfig(strategy="asa", seed=seed, mock=MockOptions(seed=seed))
+    summary = _run(workflow, config, db, dashboard=sys.stdout.isatty())
+    out.print(run_table(summary))
+
+
+@app.command()
+def status(
+    run_id: Annotated[str | None, typer.Argument(help="A run (default: list the runs).")] = None,
+    db: Db = None,
+) -> None:
+    """List the runs in the store, or show one."""
+
+    async def main():
+        path = db or default_path()
+        if not path.exists():
+            fail(f"no store at {path}")
+        async with await Store.open(path) as store:
+            if run_id is None:
+                return await store.rows("runs", order="created")
+            return await store.rows("runs", {"run_id": run_id})
+
+    rows = clock.run(main(), virtual=False)
+    if run_id is not None and not rows:
+        fail(f"no run {run_id}")
+    for row in rows:
+        out.print(
+            f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
+            f"{row['status']:<8} {row.get('error') or ''}"
+        )
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,169 @@
+"""Everything one run needs, assembled from a few options: backend, learners, planner, engine.
+
+The CLI, the comparison and the tests all start runs through :func:`execute`,
+so a run looks the same whichever door it came in by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from backends.base import BatchBackend
+from backends.mock import MockSlurm
+from backends.workload import ClusterSpec, SyntheticLoad
+from learners.resources import Resources
+from learners.sizing import DEFAULT_SIZER, make_sizer
+from learners.sizing.base import TaskFeatures
+from orchestrator import clock
+from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
+from orchestrator.planner import make_planner
+from orchestrator.pool import Pool
+from orchestrator.simulate import SimulatedWorkers, task_truths
+from orchestrator.store import Store
+from orchestrator.summary import RunSummary
+from orchestrator.waits import DEFAULT_POLICY, QueueWaits
+from workflows.spec import Workflow
+
+BACKENDS = ("mock", "local", "slurm")
+TRACES = ("HPC2N", "KTH", "CTC")
+
+
+@dataclass(frozen=True)
+class MockOptions:
+    """The simulated cluster: a replayed trace, or synthetic load on a given cluster."""
+
+    trace: str | None = None
+    """HPC2N, KTH, CTC or the path of an SWF file; None for synthetic load."""
+    load: float = 0.7
+    """Synthetic utilisation of the cluster (0 for an idle cluster) when no trace is given."""
+    cluster: ClusterSpec | None = None
+    priority: str = "submit"
+    offset: float | None = None
+    warmup: float | None = None
+    cluster_scale: int = 1
+    seed: int = 0
+
+    def backend(self) -> MockSlurm:
+        common: dict[str, Any] = {"priority": self.priority}
+        if self.trace is not None:
+            extra = {} if self.warmup is None else {"warmup": self.warmup}
+            return MockSlurm.from_trace(
+                self.trace,
+                offset=self.offset,
+                scale=self.cluster_scale,
+                cluster=self.cluster,
+                **extra,
+                **common,
+            )
+        if self.load <= 0:
+            return MockSlurm(self.cluster, **common)
+        cluster = self.cluster or ClusterSpec(nodes=64, cores_per_node=32)
+        load = SyntheticLoad(utilisation=self.load, seed=self.seed, cluster=cluster)
+        return MockSlurm(cluster, background=load, **common)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    strategy: str = "per-stage"
+    sizer: str = DEFAULT_SIZER
+    seed: int = 0
+    scale: int | None = None
+    policy: str = DEFAULT_POLICY
+    share: bool = True
+    """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
+    idle_cancel_s: float = 600.0
+    mock: MockOptions = field(default_factory=MockOptions)
+
+    def options(self) -> EngineOptions:
+        return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
+
+
+def largest_worker(workflow: Workflow, node_cores: int | None = None) -> Resources:
+    """The largest worker any stage's pilot can bring (one node of the widest stage)."""
+    widest = Resources()
+    for stage in workflow.stages:
+        a = stage.allocation
+        nodes = a.nodes or 1
+        cores = a.cores // nodes
+        if node_cores is not None and a.nodes is None:
+            cores = min(cores, node_cores)
+        memory = (a.memory_mb or 0) * cores / a.cores
+        widest = Resources(max(widest.cores, cores), max(widest.memory, memory), 1_000_000.0)
+    return widest
+
+
+async def execute(
+    workflow: Workflow,
+    config: RunConfig,
+    store: Store,
+    *,
+    backend: BatchBackend | None = None,
+    workers: WorkerSource | None = None,
+    observer: Observer | None = None,
+    run_id: str | None = None,
+) -> RunSummary:
+    """Run ``workflow`` once and return its figures (the store keeps the details)."""
+    mock = None
+    if backend is None:
+        backend = mock = config.mock.backend()
+    elif isinstance(backend, MockSlurm):
+        mock = backend
+    node_cores = mock.cluster.cores_per_node if mock else None
+    if workers is None:
+        if mock is None:
+            raise ValueError(f"the {backend.name} backend needs a worker source")
+        truths = task_truths(workflow, config.seed)
+        workers = SimulatedWorkers(truths)
+        features = _simulated_features(truths)
+    else:
+        features = None
+    waits = await QueueWaits.load(store, policy=config.policy, seed=config.seed)
+    planner = make_planner(
+        config.strategy,
+        predict=waits.predict,
+        true_wait=mock.true_wait if mock is not None else None,
+        idle_cancel_s=config.idle_cancel_s,
+    )
+    sizer = make_sizer(
+        config.sizer, worker=largest_worker(workflow, node_cores), seed=config.seed
+    )
+    engine = Engine(
+        workflow,
+        backend,
+        store,
+        planner=planner,
+        sizer=sizer,
+        workers=workers,
+        pool=Pool(share=config.share),
+        learner=waits,
+        options=config.options(),
+        run_id=run_id,
+        features=features,
+        observer=observer,
+    )
+    try:
+        return await engine.run()
+    finally:
+        await backend.close()
+
+
+def _simulated_features(truths):
+    def features(task):
+        return TaskFeatures(task.category, truths[task.id].input_size)
+
+    return features
+
+
+def run_simulated(workflow: Workflow, config: RunConfig, db: str | Path = ":memory:") -> RunSummary:
+    """Run ``workflow`` on the simulated cluster, on virtual time, from synchronous code."""
+
+    async def main() -> RunSummary:
+        async with await Store.open(db) as store:
+            return await execute(workflow, config, store)
+
+    return clock.run(main(), virtual=True)
+
+
+__all__ = ["BACKENDS", "TRACES", "MockOptions", "RunConfig", "execute", "replace", "run_simulated"]
