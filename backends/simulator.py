@@ -1,0 +1,809 @@
+"""A simulated Slurm cluster: a pure discrete-event core, no asyncio.
+
+The core keeps its own event heap and clock; :meth:`Simulator.advance_to` runs
+every event up to a time and :meth:`Simulator.next_event_time` says when the
+next one is due, so an asyncio adapter (``backends/mock.py``) can sleep until
+then while benchmarks drive the core at full speed.
+
+Scheduling follows Slurm's ``sched/backfill`` in its EASY form: jobs start in
+priority order while they fit; the first that does not gets a reservation at
+the earliest time enough resources free up, computed from the running jobs'
+*requested* end times (the shadow time); lower-priority jobs may start now only
+if they fit now and either end before the shadow time or use only resources the
+reservation does not need.
+
+Speed comes from keeping scheduling incremental: the free-core total is a
+counter, running jobs are kept ordered by requested end, the queue is mirrored
+in numpy arrays so a backfill scan is a few vector operations, and a job that
+merely joins the tail of the queue is tested alone against the standing
+reservation instead of rescanning the queue. Node-level placement with numpy is
+needed only where node boundaries matter: pinned (``nodes``) jobs and jobs
+asking for more memory per core than the nodes' default share.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Literal
+
+import numpy as np
+
+from backends.base import Dependency, DependencyKind, JobState, SubmitError
+from backends.workload import ClusterSpec, JobStream
+
+Priority = Literal["submit", "eligible"]
+
+INF = math.inf
+_EPS = 1e-6
+_DEAD = np.iinfo(np.int64).max  # a queue slot whose job has left the queue
+_END, _NODE_DOWN, _NODE_UP = 0, 1, 2
+_FAILED_OK = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL})
+
+Placement = tuple[np.ndarray, np.ndarray]  # node indices, cores on each
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    """One job of the simulated cluster; times on the simulator's clock."""
+
+    id: int
+    cores: int
+    time_limit: float
+    submit: float
+    run: float | None  # actual runtime; None: runs until released or its time limit
+    nodes: int | None = None
+    mem_per_core: float = 0.0
+    name: str = ""
+    watched: bool = False
+    stream_index: int = -1
+    heavy: bool = False  # more memory per core than the nodes' default share
+    state: JobState = JobState.PENDING
+    reason: str = ""
+    eligible: float | None = None
+    start: float | None = None
+    end: float | None = None
+    key: tuple[float, int] = (INF, 0)
+    dependency: tuple[DependencyKind, tuple[SimJob, ...]] | None = None
+    placement: Placement | None = None
+    requested_end: float = INF
+
+    @property
+    def simple(self) -> bool:
+        """Placeable on any free cores: no node count, default memory share."""
+        return self.nodes is None and not self.heavy
+
+    def shares(self) -> list[tuple[int, int, float]]:
+        """(node index, cores, memory MB) per node of a placed job."""
+        if self.placement is None:
+            return []
+        idx, cores = (a.tolist() for a in self.placement)
+        return [(i, c, c * self.mem_per_core) for i, c in zip(idx, cores, strict=True)]
+
+
+@dataclass(slots=True)
+class _Reservation:
+    """The blocked head job's reservation at ``shadow``.
+
+    ``extra`` bounds the cores a job running past the shadow time may take.
+    With ``spare`` arrays the bound is per node (a pinned head, or memory that
+    binds); without, the head can use any cores and ``extra`` is exact.
+    """
+
+    shadow: float
+    extra: float
+    spare_cores: np.ndarray | None = None
+    spare_mem: np.ndarray | None = None
+
+
+class _Queue:
+    """Eligible pending jobs in priority order, mirrored in numpy arrays for backfill scans.
+
+    A job that leaves stays in place as a dead slot (cores ``_DEAD``) until the
+    next compaction, so slots do not move during a scheduling pass.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: list[SimJob] = []
+        self.cores = np.empty(1024, np.int64)
+        self.limit = np.empty(1024, np.float64)
+        self.lo = 0  # no live job before this slot
+        self.live = 0
+        self.heavy = 0  # live jobs asking for more than the default memory per core
+
+    def __len__(self) -> int:
+        return self.live
+
+    def push(self, job: SimJob) -> int:
+        """Insert by priority key; returns the slot."""
+        jobs, n = self.jobs, len(self.jobs)
+        if n == len(self.cores):
+            self.cores = np.concatenate([self.cores, np.empty(n, np.int64)])
+            self.limit = np.concatenate([self.limit, np.empty(n, np.float64)])
+        if not n or jobs[-1].key < job.key:
+            slot = n
+            jobs.append(job)
+        else:
+            slot = bisect_right(jobs, job.key, key=_key)
+            self.cores[slot + 1 : n + 1] = self.cores[slot:n]
+            self.limit[slot + 1 : n + 1] = self.limit[slot:n]
+            jobs.insert(slot, job)
+            self.lo = min(self.lo, slot)
+        self.cores[slot] = job.cores
+        self.limit[slot] = job.time_limit
+        self.live += 1
+        self.heavy += job.heavy
+        return slot
+
+    def kill(self, slot: int) -> None:
+        self.cores[slot] = _DEAD
+        self.live -= 1
+        self.heavy -= self.jobs[slot].heavy
+
+    def remove(self, job: SimJob) -> None:
+        self.kill(bisect_left(self.jobs, job.key, key=_key))
+
+    def head(self) -> int:
+        """Slot of the highest-priority live job, or -1."""
+        if not self.live:
+            self.lo = len(self.jobs)
+            return -1
+        cores, lo = self.cores, self.lo
+        while cores[lo] == _DEAD:
+            lo += 1
+        self.lo = lo
+        return lo
+
+    def compact(self) -> None:
+        """Drop dead slots once they outnumber live ones."""
+        n = len(self.jobs)
+        if n - self.live < max(1024, self.live):
+            return
+        keep = self.cores[:n] != _DEAD
+        self.jobs = [job for job, k in zip(self.jobs, keep.tolist(), strict=True) if k]
+        m = len(self.jobs)
+        capacity = max(1024, 2 * m)
+        cores, limit = np.empty(capacity, np.int64), np.empty(capacity, np.float64)
+        cores[:m], limit[:m] = self.cores[:n][keep], self.limit[:n][keep]
+        self.cores, self.limit, self.lo = cores, limit, 0
+
+
+_key = attrgetter("key")
+
+
+@dataclass
+class SimStats:
+    """Counters of one simulation."""
+
+    submitted: int = 0
+    started: int = 0
+    backfilled: int = 0
+    finished: int = 0
+    full_passes: int = 0
+    tail_passes: int = 0
+
+
+@dataclass
+class _Stream:
+    jobs: JobStream
+    cursor: int = 0
+    starts: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+
+class Simulator:
+    """Nodes, a queue, EASY backfill, dependencies, time limits and node failures.
+
+    ``priority="submit"`` orders the queue by submission (Slurm's
+    ``priority/basic``); ``"eligible"`` by the time a job became eligible (age
+    counted from eligibility under ``priority/multifactor``). ``backfill=False``
+    is pure FIFO. With ``kill_invalid_depend`` a job whose dependency can never
+    be satisfied is cancelled (Slurm's SchedulerParameters flag); by default it
+    stays pending with reason ``DependencyNeverSatisfied``, as in Slurm 22.05.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        *,
+        stream: JobStream | None = None,
+        start: float = 0.0,
+        priority: Priority = "submit",
+        backfill: bool = True,
+        kill_invalid_depend: bool = False,
+    ) -> None:
+        if priority not in ("submit", "eligible"):
+            raise ValueError(f"priority must be 'submit' or 'eligible', got {priority!r}")
+        self.cluster = cluster
+        self.priority = priority
+        self.backfill = backfill
+        self.kill_invalid_depend = kill_invalid_depend
+        self.now = float(start)
+        self.stats = SimStats()
+        self.listener: Callable[[SimJob], None] | None = None
+
+        n, c = cluster.nodes, cluster.cores_per_node
+        assert cluster.memory_per_node_mb is not None
+        self.node_names = cluster.node_names()
+        self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        self._default_mem = cluster.memory_per_node_mb / c  # Slurm's DefMemPerCPU
+        self._free_cores = np.full(n, c, np.int64)
+        self._free_mem = np.full(n, float(cluster.memory_per_node_mb))
+        self._free = n * c  # free cores on nodes that are up
+        self._heavy_running = 0
+        self._node_token = [0] * n
+        self._down = [False] * n
+
+        self._queue = _Queue()
+        self._running: list[tuple[float, int, SimJob]] = []  # by requested end
+        self._events: list[tuple[float, int, int, object, int]] = []
+        self._seq = 0
+        self._next_id = 1
+        self._jobs: dict[int, SimJob] = {}
+        self._dependents: dict[int, list[SimJob]] = {}
+        self._blocked: SimJob | None = None  # the head the last pass could not start
+        self._reservation: _Reservation | None = None
+        self._dirty = False  # something other than tail arrivals changed
+        self._scanned = 0  # queue slots seen by the last pass
+
+        self._stream = _Stream(stream if stream is not None else _empty_stream())
+        self._stream.starts = np.full(len(self._stream.jobs), np.nan)
+        if len(self._stream.jobs):
+            self.now = min(self.now, float(self._stream.jobs.submit[0]))
+
+    # ------------------------------------------------------------------ clock
+
+    def next_event_time(self) -> float:
+        """When the next event is due (``inf`` when none is)."""
+        events = self._events
+        while events and not self._live_event(events[0]):
+            heapq.heappop(events)
+        t = events[0][0] if events else INF
+        s = self._stream
+        if s.cursor < len(s.jobs):
+            t = min(t, float(s.jobs.submit[s.cursor]))
+        return t
+
+    def advance_to(self, t: float) -> None:
+        """Run every event due at or before ``t``; the clock ends at ``t``."""
+        while True:
+            due = self.next_event_time()
+            if due > t:
+                break
+            self.now = max(self.now, due)
+            self._fire_events(due)
+            self._admit_stream(due)
+            self._schedule()
+        self.now = max(self.now, t)
+
+    def run(self) -> None:
+        """Run until nothing is left to happen (pilots still running keep it going)."""
+        while (t := self.next_event_time()) < INF:
+            self.advance_to(t)
+
+    @property
+    def stream_starts(self) -> np.ndarray:
+        """Start time of each background job (NaN while not started)."""
+        return self._stream.starts
+
+    # ------------------------------------------------------------ job control
+
+    def submit(
+        self,
+        cores: int,
+        time_limit: float,
+        *,
+        nodes: int | None = None,
+        memory_mb: float | None = None,
+        run: float | None = None,
+        dependency: Dependency | None = None,
+        name: str = "",
+        watch: bool = False,
+    ) -> SimJob:
+        """Submit a job now; ``run`` None makes it run until released or timed out."""
+        job = self._new_job(cores, time_limit, nodes, memory_mb, run, name)
+        job.watched = watch
+        self._jobs[job.id] = job
+        self.stats.submitted += 1
+        status = "ok"
+        if dependency is not None:
+            job.dependency = (dependency.kind, self._resolve(dependency))
+            for dep in job.dependency[1]:
+                self._dependents.setdefault(dep.id, []).append(job)
+            status = self._dependency_status(job)
+        if status == "ok":
+            self._make_eligible(job)
+            self._notify(job)
+        else:
+            job.reason = "Dependency" if status == "wait" else "DependencyNeverSatisfied"
+            self._notify(job)
+            if status == "never" and self.kill_invalid_depend:
+                self._finish(job, JobState.CANCELLED)
+        self._schedule()
+        return job
+
+    def job(self, job_id: int) -> SimJob:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise KeyError(f"no job {job_id} in the simulated cluster") from None
+
+    def cancel(self, job: SimJob) -> None:
+        """Cancel a pending or running job; finished jobs are left alone."""
+        if not job.state.finished:
+            self._finish(job, JobState.CANCELLED)
+            self._schedule()
+
+    def release(self, job: SimJob) -> None:
+        """A running job ends COMPLETED now; a pending one is cancelled."""
+        if job.state is JobState.RUNNING:
+            self._finish(job, JobState.COMPLETED)
+            self._schedule()
+        else:
+            self.cancel(job)
+
+    def fail_node(self, name: str, at: float | None = None, duration: float | None = None) -> None:
+        """Node ``name`` fails at ``at`` (default now): its jobs end NODE_FAIL; it returns
+        after ``duration`` seconds (never without one)."""
+        index = self._node_index.get(name)
+        if index is None:
+            names = f"{self.node_names[0]}..{self.node_names[-1]}"
+            raise ValueError(f"no node {name!r}; the nodes are {names}")
+        at = self.now if at is None else float(at)
+        if at < self.now:
+            raise ValueError(f"cannot fail {name} at {at}: the clock is already at {self.now}")
+        if duration is not None and duration < 0:
+            raise ValueError(f"negative failure duration {duration}")
+        self._push(at, _NODE_DOWN, (index, duration))
+        self.advance_to(self.now)
+
+    def reason(self, job: SimJob) -> str:
+        """Slurm's pending reason: Dependency, Priority, Resources, ...; empty otherwise."""
+        if job.state is not JobState.PENDING or job.eligible is None:
+            return job.reason
+        return "Resources" if job is self._blocked else "Priority"
+
+    def node_up(self, name: str) -> bool:
+        return not self._down[self._node_index[name]]
+
+    def free_cores(self) -> int:
+        return self._free
+
+    # -------------------------------------------------------------- internals
+
+    def _new_job(
+        self,
+        cores: int,
+        time_limit: float,
+        nodes: int | None,
+        memory_mb: float | None,
+        run: float | None,
+        name: str,
+    ) -> SimJob:
+        c = self.cluster
+        if cores < 1:
+            raise SubmitError(f"a job needs at least one core, got {cores}", option="cores")
+        if not time_limit > 0:
+            raise SubmitError(f"time limit must be positive, got {time_limit}", option="time")
+        if run is not None and run < 0:
+            raise SubmitError(f"negative runtime {run}", option="run")
+        if cores > c.total_cores:
+            raise SubmitError(
+                f"{cores} cores requested, the cluster has {c.total_cores}", option="cores"
+            )
+        mem_per_core = self._default_mem if memory_mb is None else float(memory_mb) / cores
+        if nodes is not None:
+            if not 1 <= nodes <= c.nodes:
+                raise SubmitError(f"{nodes} nodes requested, the cluster has {c.nodes}", "nodes")
+            if cores % nodes:
+                raise SubmitError(f"{cores} cores do not split evenly over {nodes} nodes", "nodes")
+            if cores // nodes > c.cores_per_node:
+                raise SubmitError(
+                    f"{cores // nodes} cores per node requested, nodes have {c.cores_per_node}",
+                    "nodes",
+                )
+        node_mem = float(c.memory_per_node_mb or 0)
+        if nodes is not None:
+            fits = (cores // nodes) * mem_per_core <= node_mem + _EPS
+        else:
+            per_node = c.cores_per_node
+            if mem_per_core > 0:
+                per_node = min(per_node, math.floor((node_mem + _EPS) / mem_per_core))
+            fits = per_node * c.nodes >= cores
+        if not fits:
+            raise SubmitError(
+                f"{memory_mb} MB for {cores} cores does not fit nodes of "
+                f"{c.memory_per_node_mb} MB and {c.cores_per_node} cores",
+                option="mem",
+            )
+        job = SimJob(
+            id=self._next_id,
+            cores=cores,
+            time_limit=float(time_limit),
+            submit=self.now,
+            run=None if run is None else float(run),
+            nodes=nodes,
+            mem_per_core=mem_per_core,
+            name=name,
+            heavy=mem_per_core > self._default_mem + _EPS,
+        )
+        self._next_id += 1
+        return job
+
+    def _resolve(self, dependency: Dependency) -> tuple[SimJob, ...]:
+        jobs = []
+        for raw in dependency.job_ids:
+            try:
+                jobs.append(self._jobs[int(raw)])
+            except (ValueError, KeyError):
+                raise SubmitError(
+                    f"Job dependency problem: no job {raw!r}", option="dependency"
+                ) from None
+        if not jobs:
+            raise SubmitError("Job dependency problem: no job ids", option="dependency")
+        return tuple(jobs)
+
+    def _push(self, t: float, kind: int, payload: object, token: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, kind, payload, token))
+
+    def _live_event(self, event: tuple[float, int, int, object, int]) -> bool:
+        _, _, kind, payload, token = event
+        if kind == _END:
+            assert isinstance(payload, SimJob)
+            return payload.state is JobState.RUNNING
+        if kind == _NODE_UP:
+            assert isinstance(payload, int)
+            return self._node_token[payload] == token
+        return True
+
+    def _fire_events(self, t: float) -> None:
+        events = self._events
+        while events and events[0][0] <= t:
+            event = heapq.heappop(events)
+            if not self._live_event(event):
+                continue
+            _, _, kind, payload, _ = event
+            if kind == _END:
+                assert isinstance(payload, SimJob)
+                job = payload
+                timed_out = job.run is None or job.run >= job.time_limit
+                self._finish(job, JobState.TIMEOUT if timed_out else JobState.COMPLETED)
+            elif kind == _NODE_DOWN:
+                assert isinstance(payload, tuple)
+                self._node_down(*payload)
+            else:
+                assert isinstance(payload, int)
+                self._node_return(payload)
+
+    def _admit_stream(self, t: float) -> None:
+        s = self._stream
+        jobs, first = s.jobs, s.cursor
+        if first >= len(jobs) or jobs.submit[first] > t:
+            return
+        last = int(np.searchsorted(jobs.submit, t, side="right"))
+        s.cursor = last
+        submits = jobs.submit[first:last].tolist()
+        cores = jobs.cores[first:last].tolist()
+        runs = jobs.run[first:last].tolist()
+        limits = jobs.limit[first:last].tolist()
+        mem = self._default_mem
+        for i in range(last - first):
+            job = SimJob(
+                self._next_id, cores[i], limits[i], submits[i], runs[i], None, mem,
+                stream_index=first + i,
+            )  # fmt: skip
+            self._next_id += 1
+            self._make_eligible(job)
+        self.stats.submitted += last - first
+
+    def _make_eligible(self, job: SimJob) -> None:
+        job.eligible = self.now
+        job.reason = ""
+        job.key = (job.submit if self.priority == "submit" else self.now, job.id)
+        # Jobs become eligible at submission (the tail), by an end or a cancel (which
+        # trigger a full pass), or by a start within a pass: then they rank after the
+        # started job, where the pass has yet to look.
+        self._queue.push(job)
+
+    def _dependency_status(self, job: SimJob) -> Literal["ok", "wait", "never"]:
+        """Slurm's test of a dependency: all listed jobs must satisfy it.
+
+        ``after``: the job started or ended (a cancelled pending job counts);
+        ``afterany``: it ended in any state; ``afterok``: it ended COMPLETED;
+        ``afternotok``: it ended in any other state. A job that ended the wrong
+        way makes the dependency impossible.
+        """
+        assert job.dependency is not None
+        kind, deps = job.dependency
+        status: Literal["ok", "wait", "never"] = "ok"
+        for dep in deps:
+            state = dep.state
+            if kind == "after":
+                ok = state is not JobState.PENDING
+            elif kind == "afterany":
+                ok = state.finished
+            elif not state.finished:
+                ok = False
+            elif (state is JobState.COMPLETED) != (kind == "afterok"):
+                return "never"
+            else:
+                ok = True
+            if not ok:
+                status = "wait"
+        return status
+
+    def _dependency_changed(self, job: SimJob) -> None:
+        """Re-test the jobs waiting on ``job``, which just started or ended."""
+        for waiter in self._dependents.get(job.id, ()):
+            if waiter.state is not JobState.PENDING or waiter.reason != "Dependency":
+                continue
+            status = self._dependency_status(waiter)
+            if status == "ok":
+                self._make_eligible(waiter)
+                self._notify(waiter)
+            elif status == "never":
+                waiter.reason = "DependencyNeverSatisfied"
+                self._notify(waiter)
+                if self.kill_invalid_depend:
+                    self._finish(waiter, JobState.CANCELLED)
+
+    def _notify(self, job: SimJob) -> None:
+        if job.watched and self.listener is not None:
+            self.listener(job)
+
+    def _finish(self, job: SimJob, state: JobState) -> None:
+        was = job.state
+        job.state = state
+        job.end = self.now
+        if state is JobState.TIMEOUT:
+            job.reason = "TimeLimit"
+        elif state is JobState.NODE_FAIL:
+            job.reason = "NodeDown"
+        elif job.reason != "DependencyNeverSatisfied":
+            job.reason = ""
+        if was is JobState.RUNNING:
+            self._release(job)
+        elif job.eligible is not None:
+            self._queue.remove(job)
+        self._dirty = True
+        self.stats.finished += 1
+        self._notify(job)
+        if job.id in self._dependents:
+            self._dependency_changed(job)
+
+    def _release(self, job: SimJob) -> None:
+        assert job.placement is not None
+        idx, cores = job.placement
+        self._free_cores[idx] += cores
+        self._free_mem[idx] += cores * job.mem_per_core
+        self._free += job.cores
+        if job.heavy:
+            self._heavy_running -= 1
+        running = self._running
+        del running[bisect_left(running, (job.requested_end, job.id))]
+
+    def _start(self, slot: int, job: SimJob, placement: Placement) -> None:
+        self._queue.kill(slot)
+        idx, cores = placement
+        self._free_cores[idx] -= cores
+        self._free_mem[idx] -= cores * job.mem_per_core
+        self._free -= job.cores
+        if job.heavy:
+            self._heavy_running += 1
+        now = self.now
+        job.placement = placement
+        job.state = JobState.RUNNING
+        job.reason = ""
+        job.start = now
+        job.requested_end = end = now + job.time_limit
+        insort(self._running, (end, job.id, job))
+        run = job.run
+        self._push(end if run is None or run >= job.time_limit else now + run, _END, job)
+        self.stats.started += 1
+        if job.stream_index >= 0:
+            self._stream.starts[job.stream_index] = now
+        if job.watched:
+            self._notify(job)
+        if job.id in self._dependents:
+            self._dependency_changed(job)
+
+    # ------------------------------------------------------------- placement
+
+    def _fit(self, job: SimJob) -> Placement | None:
+        """Where ``job`` would run now, or None."""
+        if job.cores > self._free:
+            return None
+        if job.simple and not self._heavy_running:
+            return _place_cores(job.cores, self._free_cores)
+        return self._place(job, self._free_cores, self._free_mem)
+
+    def _place(self, job: SimJob, cores: np.ndarray, mem: np.ndarray) -> Placement | None:
+        """A placement within per-node free ``cores`` and ``mem``, best fit first."""
+        mpc = job.mem_per_core
+        if job.nodes is not None:
+            per = job.cores // job.nodes
+            idx = np.flatnonzero((cores >= per) & (mem >= per * mpc - _EPS))
+            if idx.size < job.nodes:
+                return None
+            idx = idx[np.argsort(cores[idx], kind="stable")[: job.nodes]]
+            return idx, np.full(job.nodes, per, np.int64)
+        cap = cores if mpc <= 0 else np.minimum(cores, ((mem + _EPS) // mpc).astype(np.int64))
+        if int(cap.sum()) < job.cores:
+            return None
+        return _place_cores(job.cores, cap)
+
+    # ------------------------------------------------------------ scheduling
+
+    def _schedule(self) -> None:
+        """A scheduling pass: full after a change, else a backfill test of the new tail jobs."""
+        queue = self._queue
+        if self._dirty or self._blocked is None:
+            if len(queue) or self._blocked is not None:
+                self._full_pass()
+        elif self._scanned < len(queue.jobs) and self._reservation is not None:
+            self.stats.tail_passes += 1
+            self._backfill(self._scanned)
+        self._dirty = False
+        self._scanned = len(queue.jobs)
+
+    def _full_pass(self) -> None:
+        self.stats.full_passes += 1
+        queue = self._queue
+        queue.compact()
+        self._blocked = None
+        self._reservation = None
+        while (slot := queue.head()) >= 0:
+            job = queue.jobs[slot]
+            placement = self._fit(job)
+            if placement is None:
+                break
+            self._start(slot, job, placement)
+        else:
+            return
+        self._blocked = job
+        if self.backfill:
+            self._reservation = self._reserve(job)
+            self._backfill(slot + 1)
+
+    def _reserve(self, head: SimJob) -> _Reservation:
+        """The head's reservation: when and where enough resources free up."""
+        running = self._running
+        if head.simple and not self._heavy_running and not self._queue.heavy:
+            # Memory cannot bind: counting cores is exact.
+            need, freed = head.cores - self._free, 0
+            i, n = 0, len(running)
+            while i < n:
+                shadow = running[i][0]
+                while i < n and running[i][0] == shadow:
+                    freed += running[i][2].cores
+                    i += 1
+                if freed >= need:
+                    return _Reservation(shadow, self._free + freed - head.cores)
+            return _Reservation(INF, INF)
+        cores, mem = self._free_cores.copy(), self._free_mem.copy()
+        total, i, n = self._free, 0, len(running)
+        while i < n:
+            shadow = running[i][0]
+            while i < n and running[i][0] == shadow:
+                job = running[i][2]
+                assert job.placement is not None
+                idx, k = job.placement
+                cores[idx] += k
+                mem[idx] += k * job.mem_per_core
+                total += job.cores
+                i += 1
+            if total >= head.cores and (placed := self._place(head, cores, mem)) is not None:
+                idx, k = placed
+                cores[idx] -= k
+                mem[idx] -= k * head.mem_per_core
+                extra = int(np.minimum(cores, self._free_cores).sum())
+                return _Reservation(shadow, extra, cores, mem)
+        return _Reservation(INF, INF)
+
+    def _backfill(self, first: int) -> None:
+        """Start jobs from slot ``first`` on that do not delay the reservation."""
+        res, queue = self._reservation, self._queue
+        assert res is not None
+        while self._free > 0:
+            end = len(queue.jobs)
+            if first >= end:
+                return
+            window = res.shadow - self.now
+            cores = queue.cores[first:end]
+            fits = cores <= self._free
+            if res.extra < self._free:  # jobs running past the shadow must fit in extra
+                fits &= (queue.limit[first:end] <= window) | (cores <= res.extra)
+            candidates = np.flatnonzero(fits)
+            if not candidates.size:
+                return
+            started = False
+            for i in candidates.tolist():
+                slot = first + i
+                job = queue.jobs[slot]
+                if job.time_limit <= window:
+                    placement = self._fit(job)
+                    if placement is not None:
+                        self._start(slot, job, placement)
+                        started = True
+                elif (placement := self._fit_past(job, res)) is not None:
+                    self._start(slot, job, placement)
+                    self._commit(res, job, placement)
+                    started = True
+                if started:
+                    self.stats.backfilled += 1
+                    first = slot + 1
+                    break
+            if not started:
+                return
+
+    def _fit_past(self, job: SimJob, res: _Reservation) -> Placement | None:
+        """Where a job running past the shadow time fits without touching the reservation."""
+        if res.spare_cores is None:
+            return self._fit(job)
+        assert res.spare_mem is not None
+        cores = np.minimum(self._free_cores, res.spare_cores)
+        mem = np.minimum(self._free_mem, res.spare_mem)
+        return self._place(job, cores, mem)
+
+    def _commit(self, res: _Reservation, job: SimJob, placement: Placement) -> None:
+        if res.spare_cores is None:
+            res.extra -= job.cores
+            return
+        assert res.spare_mem is not None
+        idx, k = placement
+        res.spare_cores[idx] -= k
+        res.spare_mem[idx] -= k * job.mem_per_core
+        res.extra = int(np.minimum(self._free_cores, res.spare_cores).sum())
+
+    # ---------------------------------------------------------------- nodes
+
+    def _node_down(self, index: int, duration: float | None) -> None:
+        hit = [
+            job
+            for _, _, job in self._running
+            if job.placement is not None and index in job.placement[0]
+        ]
+        for job in hit:
+            self._finish(job, JobState.NODE_FAIL)
+        if not self._down[index]:
+            self._down[index] = True
+            self._free -= int(self._free_cores[index])
+            self._free_cores[index] = 0
+            self._free_mem[index] = 0.0
+        self._node_token[index] += 1
+        if duration is not None:
+            self._push(self.now + duration, _NODE_UP, index, self._node_token[index])
+        self._dirty = True
+
+    def _node_return(self, index: int) -> None:
+        if not self._down[index]:
+            return
+        self._down[index] = False
+        c = self.cluster
+        assert c.memory_per_node_mb is not None
+        self._free_cores[index] = c.cores_per_node
+        self._free_mem[index] = float(c.memory_per_node_mb)
+        self._free += c.cores_per_node
+        self._dirty = True
+
+
+def _place_cores(count: int, cap: np.ndarray) -> Placement:
+    """``count`` cores from nodes with ``cap`` free, fullest nodes first (best fit)."""
+    idx = np.flatnonzero(cap)
+    free = cap[idx]
+    order = np.argsort(free, kind="stable")
+    idx, free = idx[order], free[order]
+    total = np.cumsum(free)
+    n = int(np.searchsorted(total, count)) + 1
+    take = free[:n].copy()
+    take[-1] -= int(total[n - 1]) - count
+    return idx[:n], take
+
+
+def _empty_stream() -> JobStream:
+    empty = np.empty(0)
+    return JobStream(empty, np.empty(0, np.int64), empty, empty)
