@@ -198,7 +198,11 @@ def _parse_numbers(path: Path, data: list[bytes], numbers: list[int]) -> np.ndar
     except ValueError:
         table = None
     if table is not None and table.shape[1] == len(FIELDS):
-        return table
+        bad = np.flatnonzero(~np.isfinite(table).all(axis=1))
+        if not bad.size:
+            return table
+        row = int(bad[0])
+        raise SwfError(f"{path}:{numbers[row]}: not a finite number: {data[row].decode()!r}")
     for line, lineno in zip(data, numbers, strict=True):
         fields = line.split()
         if len(fields) != len(FIELDS):
