@@ -27,24 +27,22 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
 
 import numpy as np
 
 from backends.base import Dependency, DependencyKind, JobState, SubmitError
+from backends.placement import EPS, Nodes, Placement, place
 from backends.workload import ClusterSpec, JobStream
 
 Priority = Literal["submit", "eligible"]
 
 INF = math.inf
-_EPS = 1e-6
 _DEAD = np.iinfo(np.int64).max  # a queue slot whose job has left the queue
 _END, _NODE_DOWN, _NODE_UP = 0, 1, 2
 _FAILED_OK = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL})
-
-Placement = tuple[np.ndarray, np.ndarray]  # node indices, cores on each
 
 
 @dataclass(slots=True, eq=False)
@@ -81,7 +79,7 @@ class SimJob:
         """(node index, cores, memory MB) per node of a placed job."""
         if self.placement is None:
             return []
-        idx, cores = (a.tolist() for a in self.placement)
+        idx, cores = self.placement
         return [(i, c, c * self.mem_per_core) for i, c in zip(idx, cores, strict=True)]
 
 
@@ -187,11 +185,17 @@ class SimStats:
     tail_passes: int = 0
 
 
-@dataclass
-class _Stream:
-    jobs: JobStream
-    cursor: int = 0
-    starts: np.ndarray = field(default_factory=lambda: np.empty(0))
+class _Arrivals:
+    """The background stream as Python lists: cheaper per job than numpy scalars."""
+
+    def __init__(self, jobs: JobStream) -> None:
+        self.submit: list[float] = jobs.submit.tolist()
+        self.cores: list[int] = jobs.cores.tolist()
+        self.run: list[float] = jobs.run.tolist()
+        self.limit: list[float] = jobs.limit.tolist()
+        self.cursor = 0
+        self.next = self.submit[0] if self.submit else INF
+        self.starts = np.full(len(self.submit), np.nan)
 
 
 class Simulator:
@@ -230,12 +234,9 @@ class Simulator:
         self.node_names = cluster.node_names()
         self._node_index = {name: i for i, name in enumerate(self.node_names)}
         self._default_mem = cluster.memory_per_node_mb / c  # Slurm's DefMemPerCPU
-        self._free_cores = np.full(n, c, np.int64)
-        self._free_mem = np.full(n, float(cluster.memory_per_node_mb))
-        self._free = n * c  # free cores on nodes that are up
+        self._nodes = Nodes(n, c, cluster.memory_per_node_mb)
         self._heavy_running = 0
         self._node_token = [0] * n
-        self._down = [False] * n
 
         self._queue = _Queue()
         self._running: list[tuple[float, int, SimJob]] = []  # by requested end
@@ -249,10 +250,8 @@ class Simulator:
         self._dirty = False  # something other than tail arrivals changed
         self._scanned = 0  # queue slots seen by the last pass
 
-        self._stream = _Stream(stream if stream is not None else _empty_stream())
-        self._stream.starts = np.full(len(self._stream.jobs), np.nan)
-        if len(self._stream.jobs):
-            self.now = min(self.now, float(self._stream.jobs.submit[0]))
+        self._arrivals = _Arrivals(stream if stream is not None else _empty_stream())
+        self.now = min(self.now, self._arrivals.next)
 
     # ------------------------------------------------------------------ clock
 
@@ -261,33 +260,31 @@ class Simulator:
         events = self._events
         while events and not self._live_event(events[0]):
             heapq.heappop(events)
-        t = events[0][0] if events else INF
-        s = self._stream
-        if s.cursor < len(s.jobs):
-            t = min(t, float(s.jobs.submit[s.cursor]))
-        return t
+        due = events[0][0] if events else INF
+        arrival = self._arrivals.next
+        return arrival if arrival < due else due
 
     def advance_to(self, t: float) -> None:
         """Run every event due at or before ``t``; the clock ends at ``t``."""
-        while True:
-            due = self.next_event_time()
-            if due > t:
-                break
-            self.now = max(self.now, due)
-            self._fire_events(due)
-            self._admit_stream(due)
-            self._schedule()
+        while (due := self.next_event_time()) <= t:
+            self._step(due)
         self.now = max(self.now, t)
 
     def run(self) -> None:
         """Run until nothing is left to happen (pilots still running keep it going)."""
-        while (t := self.next_event_time()) < INF:
-            self.advance_to(t)
+        while (due := self.next_event_time()) < INF:
+            self._step(due)
+
+    def _step(self, t: float) -> None:
+        self.now = max(self.now, t)
+        self._fire_events(t)
+        self._admit_arrivals(t)
+        self._schedule()
 
     @property
     def stream_starts(self) -> np.ndarray:
         """Start time of each background job (NaN while not started)."""
-        return self._stream.starts
+        return self._arrivals.starts
 
     # ------------------------------------------------------------ job control
 
@@ -367,10 +364,10 @@ class Simulator:
         return "Resources" if job is self._blocked else "Priority"
 
     def node_up(self, name: str) -> bool:
-        return not self._down[self._node_index[name]]
+        return self._nodes.up[self._node_index[name]]
 
     def free_cores(self) -> int:
-        return self._free
+        return self._nodes.free_total
 
     # -------------------------------------------------------------- internals
 
@@ -407,11 +404,11 @@ class Simulator:
                 )
         node_mem = float(c.memory_per_node_mb or 0)
         if nodes is not None:
-            fits = (cores // nodes) * mem_per_core <= node_mem + _EPS
+            fits = (cores // nodes) * mem_per_core <= node_mem + EPS
         else:
             per_node = c.cores_per_node
             if mem_per_core > 0:
-                per_node = min(per_node, math.floor((node_mem + _EPS) / mem_per_core))
+                per_node = min(per_node, math.floor((node_mem + EPS) / mem_per_core))
             fits = per_node * c.nodes >= cores
         if not fits:
             raise SubmitError(
@@ -428,7 +425,7 @@ class Simulator:
             nodes=nodes,
             mem_per_core=mem_per_core,
             name=name,
-            heavy=mem_per_core > self._default_mem + _EPS,
+            heavy=mem_per_core > self._default_mem + EPS,
         )
         self._next_id += 1
         return job
@@ -479,26 +476,21 @@ class Simulator:
                 assert isinstance(payload, int)
                 self._node_return(payload)
 
-    def _admit_stream(self, t: float) -> None:
-        s = self._stream
-        jobs, first = s.jobs, s.cursor
-        if first >= len(jobs) or jobs.submit[first] > t:
+    def _admit_arrivals(self, t: float) -> None:
+        a = self._arrivals
+        if a.next > t:
             return
-        last = int(np.searchsorted(jobs.submit, t, side="right"))
-        s.cursor = last
-        submits = jobs.submit[first:last].tolist()
-        cores = jobs.cores[first:last].tolist()
-        runs = jobs.run[first:last].tolist()
-        limits = jobs.limit[first:last].tolist()
+        i, submit, n = a.cursor, a.submit, len(a.submit)
         mem = self._default_mem
-        for i in range(last - first):
-            job = SimJob(
-                self._next_id, cores[i], limits[i], submits[i], runs[i], None, mem,
-                stream_index=first + i,
-            )  # fmt: skip
+        while i < n and submit[i] <= t:
+            job = SimJob(self._next_id, a.cores[i], a.limit[i], submit[i], a.run[i], None, mem)
+            job.stream_index = i
             self._next_id += 1
             self._make_eligible(job)
-        self.stats.submitted += last - first
+            i += 1
+        self.stats.submitted += i - a.cursor
+        a.cursor = i
+        a.next = submit[i] if i < n else INF
 
     def _make_eligible(self, job: SimJob) -> None:
         job.eligible = self.now
@@ -577,10 +569,7 @@ class Simulator:
 
     def _release(self, job: SimJob) -> None:
         assert job.placement is not None
-        idx, cores = job.placement
-        self._free_cores[idx] += cores
-        self._free_mem[idx] += cores * job.mem_per_core
-        self._free += job.cores
+        self._nodes.give(job.placement, job.mem_per_core)
         if job.heavy:
             self._heavy_running -= 1
         running = self._running
@@ -588,10 +577,7 @@ class Simulator:
 
     def _start(self, slot: int, job: SimJob, placement: Placement) -> None:
         self._queue.kill(slot)
-        idx, cores = placement
-        self._free_cores[idx] -= cores
-        self._free_mem[idx] -= cores * job.mem_per_core
-        self._free -= job.cores
+        self._nodes.take(placement, job.mem_per_core)
         if job.heavy:
             self._heavy_running += 1
         now = self.now
@@ -605,7 +591,7 @@ class Simulator:
         self._push(end if run is None or run >= job.time_limit else now + run, _END, job)
         self.stats.started += 1
         if job.stream_index >= 0:
-            self._stream.starts[job.stream_index] = now
+            self._arrivals.starts[job.stream_index] = now
         if job.watched:
             self._notify(job)
         if job.id in self._dependents:
@@ -615,26 +601,15 @@ class Simulator:
 
     def _fit(self, job: SimJob) -> Placement | None:
         """Where ``job`` would run now, or None."""
-        if job.cores > self._free:
+        nodes = self._nodes
+        if job.cores > nodes.free_total:
             return None
         if job.simple and not self._heavy_running:
-            return _place_cores(job.cores, self._free_cores)
-        return self._place(job, self._free_cores, self._free_mem)
+            return nodes.best_fit(job.cores)  # memory cannot bind: cores suffice
+        return self._place(job, *nodes.arrays())
 
     def _place(self, job: SimJob, cores: np.ndarray, mem: np.ndarray) -> Placement | None:
-        """A placement within per-node free ``cores`` and ``mem``, best fit first."""
-        mpc = job.mem_per_core
-        if job.nodes is not None:
-            per = job.cores // job.nodes
-            idx = np.flatnonzero((cores >= per) & (mem >= per * mpc - _EPS))
-            if idx.size < job.nodes:
-                return None
-            idx = idx[np.argsort(cores[idx], kind="stable")[: job.nodes]]
-            return idx, np.full(job.nodes, per, np.int64)
-        cap = cores if mpc <= 0 else np.minimum(cores, ((mem + _EPS) // mpc).astype(np.int64))
-        if int(cap.sum()) < job.cores:
-            return None
-        return _place_cores(job.cores, cap)
+        return place(job.cores, job.nodes, job.mem_per_core, cores, mem)
 
     # ------------------------------------------------------------ scheduling
 
@@ -674,7 +649,8 @@ class Simulator:
         running = self._running
         if head.simple and not self._heavy_running and not self._queue.heavy:
             # Memory cannot bind: counting cores is exact.
-            need, freed = head.cores - self._free, 0
+            free = self._nodes.free_total
+            need, freed = head.cores - free, 0
             i, n = 0, len(running)
             while i < n:
                 shadow = running[i][0]
@@ -682,10 +658,11 @@ class Simulator:
                     freed += running[i][2].cores
                     i += 1
                 if freed >= need:
-                    return _Reservation(shadow, self._free + freed - head.cores)
+                    return _Reservation(shadow, free + freed - head.cores)
             return _Reservation(INF, INF)
-        cores, mem = self._free_cores.copy(), self._free_mem.copy()
-        total, i, n = self._free, 0, len(running)
+        free_cores, free_mem = self._nodes.arrays()
+        cores, mem = free_cores.copy(), free_mem.copy()
+        total, i, n = self._nodes.free_total, 0, len(running)
         while i < n:
             shadow = running[i][0]
             while i < n and running[i][0] == shadow:
@@ -693,14 +670,14 @@ class Simulator:
                 assert job.placement is not None
                 idx, k = job.placement
                 cores[idx] += k
-                mem[idx] += k * job.mem_per_core
+                mem[idx] += np.multiply(k, job.mem_per_core)
                 total += job.cores
                 i += 1
             if total >= head.cores and (placed := self._place(head, cores, mem)) is not None:
                 idx, k = placed
                 cores[idx] -= k
-                mem[idx] -= k * head.mem_per_core
-                extra = int(np.minimum(cores, self._free_cores).sum())
+                mem[idx] -= np.multiply(k, head.mem_per_core)
+                extra = int(np.minimum(cores, free_cores).sum())
                 return _Reservation(shadow, extra, cores, mem)
         return _Reservation(INF, INF)
 
@@ -708,14 +685,16 @@ class Simulator:
         """Start jobs from slot ``first`` on that do not delay the reservation."""
         res, queue = self._reservation, self._queue
         assert res is not None
-        while self._free > 0:
+        nodes = self._nodes
+        while nodes.free_total > 0:
             end = len(queue.jobs)
             if first >= end:
                 return
             window = res.shadow - self.now
             cores = queue.cores[first:end]
-            fits = cores <= self._free
-            if res.extra < self._free:  # jobs running past the shadow must fit in extra
+            free = nodes.free_total
+            fits = cores <= free
+            if res.extra < free:  # jobs running past the shadow must fit in extra
                 fits &= (queue.limit[first:end] <= window) | (cores <= res.extra)
             candidates = np.flatnonzero(fits)
             if not candidates.size:
@@ -745,8 +724,9 @@ class Simulator:
         if res.spare_cores is None:
             return self._fit(job)
         assert res.spare_mem is not None
-        cores = np.minimum(self._free_cores, res.spare_cores)
-        mem = np.minimum(self._free_mem, res.spare_mem)
+        free_cores, free_mem = self._nodes.arrays()
+        cores = np.minimum(free_cores, res.spare_cores)
+        mem = np.minimum(free_mem, res.spare_mem)
         return self._place(job, cores, mem)
 
     def _commit(self, res: _Reservation, job: SimJob, placement: Placement) -> None:
@@ -756,52 +736,25 @@ class Simulator:
         assert res.spare_mem is not None
         idx, k = placement
         res.spare_cores[idx] -= k
-        res.spare_mem[idx] -= k * job.mem_per_core
-        res.extra = int(np.minimum(self._free_cores, res.spare_cores).sum())
+        res.spare_mem[idx] -= np.multiply(k, job.mem_per_core)
+        free_cores = np.array(self._nodes.free_cores)
+        res.extra = int(np.minimum(free_cores, res.spare_cores).sum())
 
     # ---------------------------------------------------------------- nodes
 
     def _node_down(self, index: int, duration: float | None) -> None:
-        hit = [
-            job
-            for _, _, job in self._running
-            if job.placement is not None and index in job.placement[0]
-        ]
+        hit = [job for _, _, job in self._running if index in job.placement[0]]  # type: ignore[index]
         for job in hit:
             self._finish(job, JobState.NODE_FAIL)
-        if not self._down[index]:
-            self._down[index] = True
-            self._free -= int(self._free_cores[index])
-            self._free_cores[index] = 0
-            self._free_mem[index] = 0.0
+        self._nodes.fail(index)
         self._node_token[index] += 1
         if duration is not None:
             self._push(self.now + duration, _NODE_UP, index, self._node_token[index])
         self._dirty = True
 
     def _node_return(self, index: int) -> None:
-        if not self._down[index]:
-            return
-        self._down[index] = False
-        c = self.cluster
-        assert c.memory_per_node_mb is not None
-        self._free_cores[index] = c.cores_per_node
-        self._free_mem[index] = float(c.memory_per_node_mb)
-        self._free += c.cores_per_node
+        self._nodes.restore(index)
         self._dirty = True
-
-
-def _place_cores(count: int, cap: np.ndarray) -> Placement:
-    """``count`` cores from nodes with ``cap`` free, fullest nodes first (best fit)."""
-    idx = np.flatnonzero(cap)
-    free = cap[idx]
-    order = np.argsort(free, kind="stable")
-    idx, free = idx[order], free[order]
-    total = np.cumsum(free)
-    n = int(np.searchsorted(total, count)) + 1
-    take = free[:n].copy()
-    take[-1] -= int(total[n - 1]) - count
-    return idx[:n], take
 
 
 def _empty_stream() -> JobStream:

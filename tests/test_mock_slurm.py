@@ -289,24 +289,28 @@ def test_pinned_job_needs_whole_free_nodes():
     assert cores == 4 and memory == 4 * 4096
 
 
-def test_flexible_jobs_fill_partly_used_nodes_first():
+def nodes_of(job):
+    return {node: cores for node, cores, _ in job.shares()}
+
+
+def test_flexible_jobs_take_the_fullest_node_that_holds_them():
     sim = cluster(nodes=3, cores=4)
-    sim.submit(3, 100)
-    b = sim.submit(2, 100)
-    assert sorted(c for _, c, _ in b.shares()) == [1, 1]  # tops up the used node first
-    whole = sim.submit(4, 100, nodes=1)
-    assert whole.state is S.RUNNING  # a whole node was kept free
+    a = sim.submit(3, 100)  # node 1: 1 core left
+    b = sim.submit(2, 100)  # node 2: 2 left
+    c = sim.submit(2, 100)  # node 2 again, not node 3
+    d = sim.submit(1, 100)  # node 1's last core
+    assert [nodes_of(j) for j in (a, b, c, d)] == [{0: 3}, {1: 2}, {1: 2}, {0: 1}]
+    assert sim.submit(4, 100, nodes=1).state is S.RUNNING  # node 3 stayed whole
 
 
-def test_best_fit_keeps_whole_nodes_free():
+def test_a_job_larger_than_any_node_takes_the_emptiest_first():
     sim = cluster(nodes=3, cores=4)
     sim.submit(4, 10, nodes=1, run=10)  # node 1, gone at 10
     sim.submit(3, 100, nodes=1)  # node 2
     sim.submit(2, 100, nodes=1)  # node 3
     sim.advance_to(10)  # free: 4, 1, 2
-    flexible = sim.submit(3, 100)
-    assert sorted(c for _, c, _ in flexible.shares()) == [1, 2]
-    assert sim.submit(4, 100, nodes=1).state is S.RUNNING
+    assert nodes_of(sim.submit(5, 100)) == {0: 4, 1: 1}
+    assert nodes_of(sim.submit(2, 100)) == {2: 2}
 
 
 def test_pinned_reservation_holds_its_node_against_long_backfill():
