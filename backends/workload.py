@@ -95,22 +95,15 @@ class JobStream:
 
     @classmethod
     def from_trace(cls, trace: SwfTrace, max_cores: int | None = None) -> JobStream:
-        """The trace's submit stream: requested processors and time limits, recorded runtimes.
-
-        Jobs without a recorded runtime never ran and are left out, as are jobs
-        asking for more than ``max_cores`` (Slurm rejects those at submission).
-        Runtimes beyond the time limit are cut to it, as the limit would kill them.
-        """
-        jobs = trace.jobs
-        cores = trace.procs()
+        """The trace's submit stream: requested processors and time limits, recorded
+        runtimes, for the jobs :func:`replayable` keeps. Runtimes beyond the time
+        limit are cut to it, as the limit would kill them."""
+        keep = replayable(trace, max_cores)
         limit = trace.time_limits()
-        keep = (jobs["run"] >= 0) & (cores > 0)
-        if max_cores is not None:
-            keep &= cores <= max_cores
-        run = np.minimum(jobs["run"], limit)
+        run = np.minimum(trace.jobs["run"], limit)
         return cls(
-            submit=jobs["submit"][keep].astype(np.float64),
-            cores=cores[keep].astype(np.int64),
+            submit=trace.jobs["submit"][keep].astype(np.float64),
+            cores=trace.procs()[keep].astype(np.int64),
             run=run[keep].astype(np.float64),
             limit=limit[keep].astype(np.float64),
         )
@@ -131,6 +124,19 @@ class JobStream:
         order = np.argsort(submit, kind="stable")
         tile = [np.tile(a, copies)[order] for a in (self.cores, self.run, self.limit)]
         return JobStream(submit[order], *tile)
+
+
+def replayable(trace: SwfTrace, max_cores: int | None = None) -> np.ndarray:
+    """Which jobs of a trace a replay submits.
+
+    Jobs without a recorded runtime never ran and are left out, as are jobs
+    asking for more than ``max_cores`` (Slurm rejects those at submission).
+    """
+    cores = trace.procs()
+    keep = (trace.jobs["run"] >= 0) & (cores > 0)
+    if max_cores is not None:
+        keep &= cores <= max_cores
+    return keep
 
 
 class Background(Protocol):
