@@ -16,9 +16,9 @@ Speed comes from keeping scheduling incremental: the free-core total is a
 counter, running jobs are kept ordered by requested end, the queue is mirrored
 in numpy arrays so a backfill scan is a few vector operations, and a job that
 merely joins the tail of the queue is tested alone against the standing
-reservation instead of rescanning the queue. Node-level placement with numpy is
-needed only where node boundaries matter: pinned (``nodes``) jobs and jobs
-asking for more memory per core than the nodes' default share.
+reservation instead of rescanning the queue. Node by node accounting is needed
+only where node boundaries can bind: pinned (``nodes``) jobs, and jobs asking
+for more memory per core than the nodes' default share (Slurm's DefMemPerCPU).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ Priority = Literal["submit", "eligible"]
 INF = math.inf
 _DEAD = np.iinfo(np.int64).max  # a queue slot whose job has left the queue
 _END, _NODE_DOWN, _NODE_UP = 0, 1, 2
-_FAILED_OK = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL})
 
 
 @dataclass(slots=True, eq=False)
@@ -116,8 +115,8 @@ class _Queue:
     def __len__(self) -> int:
         return self.live
 
-    def push(self, job: SimJob) -> int:
-        """Insert by priority key; returns the slot."""
+    def push(self, job: SimJob) -> None:
+        """Insert by priority key."""
         jobs, n = self.jobs, len(self.jobs)
         if n == len(self.cores):
             self.cores = np.concatenate([self.cores, np.empty(n, np.int64)])
@@ -135,7 +134,6 @@ class _Queue:
         self.limit[slot] = job.time_limit
         self.live += 1
         self.heavy += job.heavy
-        return slot
 
     def kill(self, slot: int) -> None:
         self.cores[slot] = _DEAD
@@ -380,42 +378,14 @@ class Simulator:
         run: float | None,
         name: str,
     ) -> SimJob:
-        c = self.cluster
-        if cores < 1:
-            raise SubmitError(f"a job needs at least one core, got {cores}", option="cores")
         if not time_limit > 0:
             raise SubmitError(f"time limit must be positive, got {time_limit}", option="time")
         if run is not None and run < 0:
             raise SubmitError(f"negative runtime {run}", option="run")
-        if cores > c.total_cores:
-            raise SubmitError(
-                f"{cores} cores requested, the cluster has {c.total_cores}", option="cores"
-            )
+        if cores < 1:
+            raise SubmitError(f"a job needs at least one core, got {cores}", option="cores")
         mem_per_core = self._default_mem if memory_mb is None else float(memory_mb) / cores
-        if nodes is not None:
-            if not 1 <= nodes <= c.nodes:
-                raise SubmitError(f"{nodes} nodes requested, the cluster has {c.nodes}", "nodes")
-            if cores % nodes:
-                raise SubmitError(f"{cores} cores do not split evenly over {nodes} nodes", "nodes")
-            if cores // nodes > c.cores_per_node:
-                raise SubmitError(
-                    f"{cores // nodes} cores per node requested, nodes have {c.cores_per_node}",
-                    "nodes",
-                )
-        node_mem = float(c.memory_per_node_mb or 0)
-        if nodes is not None:
-            fits = (cores // nodes) * mem_per_core <= node_mem + EPS
-        else:
-            per_node = c.cores_per_node
-            if mem_per_core > 0:
-                per_node = min(per_node, math.floor((node_mem + EPS) / mem_per_core))
-            fits = per_node * c.nodes >= cores
-        if not fits:
-            raise SubmitError(
-                f"{memory_mb} MB for {cores} cores does not fit nodes of "
-                f"{c.memory_per_node_mb} MB and {c.cores_per_node} cores",
-                option="mem",
-            )
+        self._check_geometry(cores, nodes, mem_per_core)
         job = SimJob(
             id=self._next_id,
             cores=cores,
@@ -429,6 +399,34 @@ class Simulator:
         )
         self._next_id += 1
         return job
+
+    def _check_geometry(self, cores: int, nodes: int | None, mem_per_core: float) -> None:
+        """Reject what could not run even on the whole, idle cluster (as sbatch does)."""
+        c = self.cluster
+        node_mem = float(c.memory_per_node_mb or 0)
+        if cores > c.total_cores:
+            raise SubmitError(f"{cores} cores requested, the cluster has {c.total_cores}", "cores")
+        if nodes is not None:
+            if not 1 <= nodes <= c.nodes:
+                raise SubmitError(f"{nodes} nodes requested, the cluster has {c.nodes}", "nodes")
+            per_node = cores // nodes
+            if cores % nodes:
+                raise SubmitError(f"{cores} cores do not split evenly over {nodes} nodes", "nodes")
+            if per_node > c.cores_per_node:
+                message = f"{per_node} cores per node requested, nodes have {c.cores_per_node}"
+                raise SubmitError(message, "nodes")
+            fits = per_node * mem_per_core <= node_mem + EPS
+        else:
+            per_node = c.cores_per_node
+            if mem_per_core > 0:
+                per_node = min(per_node, math.floor((node_mem + EPS) / mem_per_core))
+            fits = per_node * c.nodes >= cores
+        if not fits:
+            raise SubmitError(
+                f"{cores * mem_per_core:.0f} MB for {cores} cores does not fit nodes of "
+                f"{node_mem:.0f} MB and {c.cores_per_node} cores",
+                option="mem",
+            )
 
     def _resolve(self, dependency: Dependency) -> tuple[SimJob, ...]:
         jobs = []
@@ -500,6 +498,8 @@ class Simulator:
         # trigger a full pass), or by a start within a pass: then they rank after the
         # started job, where the pass has yet to look.
         self._queue.push(job)
+        if job.heavy:
+            self._dirty = True  # memory may bind: the reservation must be made per node
 
     def _dependency_status(self, job: SimJob) -> Literal["ok", "wait", "never"]:
         """Slurm's test of a dependency: all listed jobs must satisfy it.
@@ -616,14 +616,17 @@ class Simulator:
     def _schedule(self) -> None:
         """A scheduling pass: full after a change, else a backfill test of the new tail jobs."""
         queue = self._queue
-        if self._dirty or self._blocked is None:
-            if len(queue) or self._blocked is not None:
-                self._full_pass()
-        elif self._scanned < len(queue.jobs) and self._reservation is not None:
-            self.stats.tail_passes += 1
-            self._backfill(self._scanned)
-        self._dirty = False
-        self._scanned = len(queue.jobs)
+        while True:
+            dirty, self._dirty = self._dirty, False
+            if dirty or self._blocked is None:
+                if len(queue) or self._blocked is not None:
+                    self._full_pass()
+            elif self._scanned < len(queue.jobs) and self._reservation is not None:
+                self.stats.tail_passes += 1
+                self._backfill(self._scanned)
+            self._scanned = len(queue.jobs)
+            if not self._dirty:
+                return
 
     def _full_pass(self) -> None:
         self.stats.full_passes += 1
@@ -743,7 +746,7 @@ class Simulator:
     # ---------------------------------------------------------------- nodes
 
     def _node_down(self, index: int, duration: float | None) -> None:
-        hit = [job for _, _, job in self._running if index in job.placement[0]]  # type: ignore[index]
+        hit = [job for _, _, job in self._running if job.placement and index in job.placement[0]]
         for job in hit:
             self._finish(job, JobState.NODE_FAIL)
         self._nodes.fail(index)

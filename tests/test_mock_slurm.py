@@ -340,6 +340,17 @@ def test_memory_starved_cores_do_not_count_for_the_reservation():
     assert head.start == 100 and long.start == 200
 
 
+def test_a_memory_hungry_arrival_cannot_starve_the_reserved_head():
+    sim = Simulator(ClusterSpec(nodes=2, cores_per_node=4, memory_per_node_mb=8000))
+    sim.submit(2, 100, nodes=1, run=100)  # node 1: 2 cores, 4000 MB free until 100
+    sim.submit(4, 1000, nodes=1)  # node 2 full
+    head = sim.submit(3, 100, run=100)  # at 100 on node 1, with 6000 of its 8000 MB
+    hungry = sim.submit(1, 1000, memory_mb=4000, run=1000)  # 1 core is spare, its memory not
+    assert hungry.state is S.PENDING
+    sim.run()
+    assert head.start == 100 and hungry.start == 200
+
+
 def test_a_dependency_satisfied_during_a_pass_is_scheduled_in_it():
     sim = cluster()
     sim.submit(2, 100, run=20)
