@@ -76,7 +76,7 @@ class MockSlurm:
     ) -> MockSlurm:
         """A cluster under replayed trace load (HPC2N, KTH, CTC or an SWF path), see
         :class:`~backends.workload.TraceReplay`; the cluster defaults to the trace's machine."""
-        load = TraceReplay(trace, offset=offset, start_job=start_job, warmup=warmup, scale=scale)
+        load = TraceReplay.of(trace, offset=offset, start_job=start_job, warmup=warmup, scale=scale)
         return cls(
             cluster,
             background=load,

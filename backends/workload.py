@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -163,7 +163,7 @@ class TraceReplay:
     copies of the trace (:meth:`JobStream.rotated_copies`).
     """
 
-    trace: SwfTrace | str | Path
+    trace: SwfTrace
     offset: float | None = None
     start_job: int | None = None
     warmup: float = WEEK
@@ -174,16 +174,17 @@ class TraceReplay:
             raise ValueError("give a trace offset or a start job, not both")
         if self.warmup < 0 or self.scale < 1:
             raise ValueError(f"need warmup >= 0 and scale >= 1, got {self.warmup}, {self.scale}")
-        if not isinstance(self.trace, SwfTrace):
-            object.__setattr__(self, "trace", load_trace(self.trace))
+
+    @classmethod
+    def of(cls, trace: SwfTrace | str | Path, **options: Any) -> TraceReplay:
+        """A replay of a trace object, a known trace name (HPC2N, KTH, CTC) or an SWF path."""
+        return cls(trace if isinstance(trace, SwfTrace) else load_trace(trace), **options)
 
     def default_cluster(self) -> ClusterSpec:
-        assert isinstance(self.trace, SwfTrace)
         return ClusterSpec.for_trace(self.trace).scaled(self.scale)
 
     def origin(self) -> float:
         """The trace time (seconds since UnixStartTime) at which the workflow starts."""
-        assert isinstance(self.trace, SwfTrace)
         submit = self.trace.jobs["submit"]
         if self.start_job is not None:
             if not 0 <= self.start_job < len(submit):
@@ -194,7 +195,6 @@ class TraceReplay:
         return float(submit[0]) + self.warmup if len(submit) else 0.0
 
     def stream(self, start: float, cluster: ClusterSpec) -> JobStream:
-        assert isinstance(self.trace, SwfTrace)
         jobs = JobStream.from_trace(self.trace, max_cores=cluster.total_cores)
         jobs = jobs.rotated_copies(self.scale)
         origin = self.origin()

@@ -16,11 +16,11 @@ from backends.workload import ClusterSpec, JobStream
 from orchestrator import clock
 
 
-def measure(trace_name: str, backfill: bool) -> dict[str, object]:
+def measure(trace_name: str, backfill: bool, scale: int = 1) -> dict[str, object]:
     t0 = clock.monotonic()
     trace = load_trace(trace_name)
-    cluster = ClusterSpec.for_trace(trace)
-    stream = JobStream.from_trace(trace, max_cores=cluster.total_cores)
+    cluster = ClusterSpec.for_trace(trace).scaled(scale)
+    stream = JobStream.from_trace(trace, max_cores=cluster.total_cores).rotated_copies(scale)
     t1 = clock.monotonic()
     sim = Simulator(cluster, stream=stream, backfill=backfill)
     sim.run()
@@ -47,10 +47,13 @@ def measure(trace_name: str, backfill: bool) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="HPC2N")
+    parser.add_argument("--scale", type=int, default=1)
     parser.add_argument("--no-backfill", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = measure(args.trace, backfill=not args.no_backfill)
+    if args.scale < 1:
+        parser.error("--scale must be at least 1")
+    result = measure(args.trace, backfill=not args.no_backfill, scale=args.scale)
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -65,11 +65,11 @@ def test_trace_replay_maps_the_origin_to_the_start_after_a_warmup():
 
 def test_trace_replay_rejects_bad_options():
     with pytest.raises(ValueError, match="not both"):
-        TraceReplay("KTH", offset=10, start_job=3)
+        TraceReplay.of("KTH", offset=10, start_job=3)
     with pytest.raises(ValueError, match="not among"):
-        TraceReplay("KTH", start_job=10**6).origin()
+        TraceReplay.of("KTH", start_job=10**6).origin()
     with pytest.raises(ValueError, match="warmup"):
-        TraceReplay("KTH", warmup=-1)
+        TraceReplay.of("KTH", warmup=-1)
 
 
 def test_rotated_copies_keep_every_job_and_the_span():
@@ -85,7 +85,7 @@ def test_rotated_copies_keep_every_job_and_the_span():
     assert sorted(copies.cores.tolist()) == [1, 1, 2, 2, 3, 3, 4, 4]
     pairs = sorted(zip(copies.cores.tolist(), copies.run.tolist(), strict=True))
     assert pairs == sorted(2 * list(zip([1, 2, 3, 4], [5.0, 6.0, 7.0, 8.0], strict=True)))
-    replay = TraceReplay("KTH", scale=3)
+    replay = TraceReplay.of("KTH", scale=3)
     assert replay.default_cluster().total_cores == 300
 
 
