@@ -50,6 +50,7 @@ KNOWN_TRACES = {
 
 _HEADER_LINE = re.compile(rb"^\s*;\s*([A-Za-z][A-Za-z0-9]*)\s*:\s*(.*?)\s*$")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
+_NUMBER = re.compile(rb"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 class SwfError(ValueError):
@@ -208,12 +209,10 @@ def _parse_numbers(path: Path, data: list[bytes], numbers: list[int]) -> np.ndar
         if len(fields) != len(FIELDS):
             raise SwfError(f"{path}:{lineno}: expected {len(FIELDS)} fields, found {len(fields)}")
         for column, token in enumerate(fields):
-            try:
-                float(token)
-            except ValueError:
+            if not _NUMBER.match(token):
                 name = FIELDS[column][0]
                 raise SwfError(
                     f"{path}:{lineno}: field {column + 1} ({name}) is not a number: "
                     f"{token.decode(errors='replace')!r}"
-                ) from None
-    raise SwfError(f"{path}: unreadable job lines")  # pragma: no cover - loadtxt and we disagree
+                )
+    raise SwfError(f"{path}: job lines numpy cannot parse, though each looks numeric")

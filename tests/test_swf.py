@@ -75,6 +75,7 @@ def test_header_only_gives_no_jobs(tmp_path):
     ("line", "message"),
     [
         ("4 1 2 3", r"t\.swf:14: expected 18 fields, found 4"),
+        ("4 180 0 1_0 1 -1 -1 1 60 -1 1 1 1 -1 1 -1 -1 -1", r":14: field 4 \(run\) is not a"),
         (
             "4 180 0 x1 1 -1 -1 1 60 -1 1 1 1 -1 1 -1 -1 -1",
             r":14: field 4 \(run\) is not a number: 'x1'",
