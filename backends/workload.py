@@ -153,9 +153,10 @@ class Background(Protocol):
 
 @dataclass(frozen=True)
 class TraceReplay:
-    """Replay an SWF trace from ``offset`` seconds (or from job ``start_job``) on.
+    """Replay an SWF trace from ``offset`` seconds after its UnixStartTime on, or
+    from the submission of its ``start_job``-th job (a 0-based position).
 
-    The workflow's start is mapped to the trace time ``offset``; the jobs of the
+    The workflow's start is mapped to that trace time; the jobs of the
     ``warmup`` seconds before it are replayed first, at full speed, so the queue
     is in steady state when the workflow arrives. Without an offset or a job
     index the replay starts one warm-up period after the trace's first job.
