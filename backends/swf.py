@@ -143,10 +143,14 @@ def trace_path(trace: str | Path) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=4)
 def load_trace(trace: str | Path) -> SwfTrace:
-    """:func:`read_swf` of :func:`trace_path`, cached (the jobs array is read-only)."""
-    return read_swf(trace_path(trace))
+    """:func:`read_swf` of :func:`trace_path`, cached by file (the jobs array is read-only)."""
+    return _read_cached(trace_path(trace).resolve())
+
+
+@functools.lru_cache(maxsize=4)
+def _read_cached(path: Path) -> SwfTrace:
+    return read_swf(path)
 
 
 def read_swf(path: str | Path) -> SwfTrace:

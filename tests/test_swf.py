@@ -117,4 +117,4 @@ def test_shared_traces():
     assert np.array_equal(ctc.procs(), ctc.jobs["alloc_procs"])
     assert (len(hpc2n), hpc2n.header.max_procs) == (202_871, 240)
     assert np.median(hpc2n.jobs["wait"]) == 1599  # as MANIFEST.md records
-    assert load_trace("KTH") is kth  # cached
+    assert load_trace("kth") is kth  # cached by file
