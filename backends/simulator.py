@@ -1,0 +1,765 @@
+"""A simulated Slurm cluster: a pure discrete-event core, no asyncio.
+
+The core keeps its own event heap and clock; :meth:`Simulator.advance_to` runs
+every event up to a time and :meth:`Simulator.next_event_time` says when the
+next one is due, so an asyncio adapter (``backends/mock.py``) can sleep until
+then while benchmarks drive the core at full speed.
+
+Scheduling follows Slurm's ``sched/backfill`` in its EASY form: jobs start in
+priority order while they fit; the first that does not gets a reservation at
+the earliest time enough resources free up, computed from the running jobs'
+*requested* end times (the shadow time); lower-priority jobs may start now only
+if they fit now and either end before the shadow time or use only resources the
+reservation does not need.
+
+Speed comes from keeping scheduling incremental: the free-core total is a
+counter, running jobs are kept ordered by requested end, the queue is mirrored
+in numpy arrays so a backfill scan is a few vector operations, and a job that
+merely joins the tail of the queue is tested alone against the standing
+reservation instead of rescanning the queue. Node by node accounting is needed
+only where node boundaries can bind: pinned (``nodes``) jobs, and jobs asking
+for more memory per core than the nodes' default share (Slurm's DefMemPerCPU).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Literal
+
+import numpy as np
+
+from backends.base import Dependency, DependencyKind, JobState, SubmitError
+from backends.placement import EPS, Nodes, Placement, place
+from backends.workload import ClusterSpec, JobStream
+
+Priority = Literal["submit", "eligible"]
+
+INF = math.inf
+_DEAD = np.iinfo(np.int64).max  # a queue slot whose job has left the queue
+_END, _NODE_DOWN, _NODE_UP = 0, 1, 2
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    """One job of the simulated cluster; times on the simulator's clock."""
+
+    id: int
+    cores: int
+    time_limit: float
+    submit: float
+    run: float | None  # actual runtime; None: runs until released or its time limit
+    nodes: int | None = None
+    mem_per_core: float = 0.0
+    name: str = ""
+    watched: bool = False
+    stream_index: int = -1
+    heavy: bool = False  # more memory per core than the nodes' default share
+    state: JobState = JobState.PENDING
+    reason: str = ""
+    eligible: float | None = None
+    start: float | None = None
+    end: float | None = None
+    key: tuple[float, int] = (INF, 0)
+    dependency: tuple[DependencyKind, tuple[SimJob, ...]] | None = None
+    placement: Placement | None = None
+    requested_end: float = INF
+
+    @property
+    def simple(self) -> bool:
+        """Placeable on any free cores: no node count, default memory share."""
+        return self.nodes is None and not self.heavy
+
+    def shares(self) -> list[tuple[int, int, float]]:
+        """(node index, cores, memory MB) per node of a placed job."""
+        if self.placement is None:
+            return []
+        idx, cores = self.placement
+        return [(i, c, c * self.mem_per_core) for i, c in zip(idx, cores, strict=True)]
+
+
+@dataclass(slots=True)
+class _Reservation:
+    """The blocked head job's reservation at ``shadow``.
+
+    ``extra`` bounds the cores a job running past the shadow time may take.
+    With ``spare`` arrays the bound is per node (a pinned head, or memory that
+    binds); without, the head can use any cores and ``extra`` is exact.
+    """
+
+    shadow: float
+    extra: float
+    spare_cores: np.ndarray | None = None
+    spare_mem: np.ndarray | None = None
+
+
+class _Queue:
+    """Eligible pending jobs in priority order, mirrored in numpy arrays for backfill scans.
+
+    A job that leaves stays in place as a dead slot (cores ``_DEAD``) until the
+    next compaction, so slots do not move during a scheduling pass.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: list[SimJob] = []
+        self.cores = np.empty(1024, np.int64)
+        self.limit = np.empty(1024, np.float64)
+        self.lo = 0  # no live job before this slot
+        self.live = 0
+        self.heavy = 0  # live jobs asking for more than the default memory per core
+
+    def __len__(self) -> int:
+        return self.live
+
+    def push(self, job: SimJob) -> None:
+        """Insert by priority key."""
+        jobs, n = self.jobs, len(self.jobs)
+        if n == len(self.cores):
+            self.cores = np.concatenate([self.cores, np.empty(n, np.int64)])
+            self.limit = np.concatenate([self.limit, np.empty(n, np.float64)])
+        if not n or jobs[-1].key < job.key:
+            slot = n
+            jobs.append(job)
+        else:
+            slot = bisect_right(jobs, job.key, key=_key)
+            self.cores[slot + 1 : n + 1] = self.cores[slot:n]
+            self.limit[slot + 1 : n + 1] = self.limit[slot:n]
+            jobs.insert(slot, job)
+            self.lo = min(self.lo, slot)
+        self.cores[slot] = job.cores
+        self.limit[slot] = job.time_limit
+        self.live += 1
+        self.heavy += job.heavy
+
+    def kill(self, slot: int) -> None:
+        self.cores[slot] = _DEAD
+        self.live -= 1
+        self.heavy -= self.jobs[slot].heavy
+
+    def remove(self, job: SimJob) -> None:
+        self.kill(bisect_left(self.jobs, job.key, key=_key))
+
+    def head(self) -> int:
+        """Slot of the highest-priority live job, or -1."""
+        if not self.live:
+            self.lo = len(self.jobs)
+            return -1
+        cores, lo = self.cores, self.lo
+        while cores[lo] == _DEAD:
+            lo += 1
+        self.lo = lo
+        return lo
+
+    def compact(self) -> None:
+        """Drop dead slots once they outnumber live ones."""
+        n = len(self.jobs)
+        if n - self.live < max(1024, self.live):
+            return
+        keep = self.cores[:n] != _DEAD
+        self.jobs = [job for job, k in zip(self.jobs, keep.tolist(), strict=True) if k]
+        m = len(self.jobs)
+        capacity = max(1024, 2 * m)
+        cores, limit = np.empty(capacity, np.int64), np.empty(capacity, np.float64)
+        cores[:m], limit[:m] = self.cores[:n][keep], self.limit[:n][keep]
+        self.cores, self.limit, self.lo = cores, limit, 0
+
+
+_key = attrgetter("key")
+
+
+@dataclass
+class SimStats:
+    """Counters of one simulation."""
+
+    submitted: int = 0
+    started: int = 0
+    backfilled: int = 0
+    finished: int = 0
+    full_passes: int = 0
+    tail_passes: int = 0
+
+
+class _Arrivals:
+    """The background stream as Python lists: cheaper per job than numpy scalars."""
+
+    def __init__(self, jobs: JobStream) -> None:
+        self.submit: list[float] = jobs.submit.tolist()
+        self.cores: list[int] = jobs.cores.tolist()
+        self.run: list[float] = jobs.run.tolist()
+        self.limit: list[float] = jobs.limit.tolist()
+        self.cursor = 0
+        self.next = self.submit[0] if self.submit else INF
+        self.starts = np.full(len(self.submit), np.nan)
+
+
+class Simulator:
+    """Nodes, a queue, EASY backfill, dependencies, time limits and node failures.
+
+    ``priority="submit"`` orders the queue by submission (Slurm's
+    ``priority/basic``); ``"eligible"`` by the time a job became eligible (age
+    counted from eligibility under ``priority/multifactor``). ``backfill=False``
+    is pure FIFO. With ``kill_invalid_depend`` a job whose dependency can never
+    be satisfied is cancelled (Slurm's SchedulerParameters flag); by default it
+    stays pending with reason ``DependencyNeverSatisfied``, as in Slurm 22.05.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        *,
+        stream: JobStream | None = None,
+        start: float = 0.0,
+        priority: Priority = "submit",
+        backfill: bool = True,
+        kill_invalid_depend: bool = False,
+    ) -> None:
+        if priority not in ("submit", "eligible"):
+            raise ValueError(f"priority must be 'submit' or 'eligible', got {priority!r}")
+        self.cluster = cluster
+        self.priority = priority
+        self.backfill = backfill
+        self.kill_invalid_depend = kill_invalid_depend
+        self.now = float(start)
+        self.stats = SimStats()
+        self.listener: Callable[[SimJob], None] | None = None
+
+        n, c = cluster.nodes, cluster.cores_per_node
+        assert cluster.memory_per_node_mb is not None
+        self.node_names = cluster.node_names()
+        self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        self._default_mem = cluster.memory_per_node_mb / c  # Slurm's DefMemPerCPU
+        self._nodes = Nodes(n, c, cluster.memory_per_node_mb)
+        self._heavy_running = 0
+        self._node_token = [0] * n
+
+        self._queue = _Queue()
+        self._running: list[tuple[float, int, SimJob]] = []  # by requested end
+        self._events: list[tuple[float, int, int, object, int]] = []
+        self._seq = 0
+        self._next_id = 1
+        self._jobs: dict[int, SimJob] = {}
+        self._dependents: dict[int, list[SimJob]] = {}
+        self._blocked: SimJob | None = None  # the head the last pass could not start
+        self._reservation: _Reservation | None = None
+        self._dirty = False  # something other than tail arrivals changed
+        self._scanned = 0  # queue slots seen by the last pass
+
+        self._arrivals = _Arrivals(stream if stream is not None else _empty_stream())
+        self.now = min(self.now, self._arrivals.next)
+
+    # ------------------------------------------------------------------ clock
+
+    def next_event_time(self) -> float:
+        """When the next event is due (``inf`` when none is)."""
+        events = self._events
+        while events and not self._live_event(events[0]):
+            heapq.heappop(events)
+        due = events[0][0] if events else INF
+        arrival = self._arrivals.next
+        return arrival if arrival < due else due
+
+    def advance_to(self, t: float) -> None:
+        """Run every event due at or before ``t``; the clock ends at ``t``."""
+        while (due := self.next_event_time()) <= t:
+            self._step(due)
+        self.now = max(self.now, t)
+
+    def run(self) -> None:
+        """Run until nothing is left to happen (pilots still running keep it going)."""
+        while (due := self.next_event_time()) < INF:
+            self._step(due)
+
+    def _step(self, t: float) -> None:
+        self.now = max(self.now, t)
+        self._fire_events(t)
+        self._admit_arrivals(t)
+        self._schedule()
+
+    @property
+    def stream_starts(self) -> np.ndarray:
+        """Start time of each background job (NaN while not started)."""
+        return self._arrivals.starts
+
+    # ------------------------------------------------------------ job control
+
+    def submit(
+        self,
+        cores: int,
+        time_limit: float,
+        *,
+        nodes: int | None = None,
+        memory_mb: float | None = None,
+        run: float | None = None,
+        dependency: Dependency | None = None,
+        name: str = "",
+        watch: bool = False,
+    ) -> SimJob:
+        """Submit a job now; ``run`` None makes it run until released or timed out."""
+        job = self._new_job(cores, time_limit, nodes, memory_mb, run, name)
+        job.watched = watch
+        self._jobs[job.id] = job
+        self.stats.submitted += 1
+        status = "ok"
+        if dependency is not None:
+            job.dependency = (dependency.kind, self._resolve(dependency))
+            for dep in job.dependency[1]:
+                self._dependents.setdefault(dep.id, []).append(job)
+            status = self._dependency_status(job)
+        if status == "ok":
+            self._make_eligible(job)
+            self._notify(job)
+        else:
+            job.reason = "Dependency" if status == "wait" else "DependencyNeverSatisfied"
+            self._notify(job)
+            if status == "never" and self.kill_invalid_depend:
+                self._finish(job, JobState.CANCELLED)
+        self._schedule()
+        return job
+
+    def job(self, job_id: int) -> SimJob:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise KeyError(f"no job {job_id} in the simulated cluster") from None
+
+    def cancel(self, job: SimJob) -> None:
+        """Cancel a pending or running job; finished jobs are left alone."""
+        if not job.state.finished:
+            self._finish(job, JobState.CANCELLED)
+            self._schedule()
+
+    def release(self, job: SimJob) -> None:
+        """A running job ends COMPLETED now; a pending one is cancelled."""
+        if job.state is JobState.RUNNING:
+            self._finish(job, JobState.COMPLETED)
+            self._schedule()
+        else:
+            self.cancel(job)
+
+    def fail_node(self, name: str, at: float | None = None, duration: float | None = None) -> None:
+        """Node ``name`` fails at ``at`` (default now): its jobs end NODE_FAIL; it returns
+        after ``duration`` seconds (never without one)."""
+        index = self._node_index.get(name)
+        if index is None:
+            names = f"{self.node_names[0]}..{self.node_names[-1]}"
+            raise ValueError(f"no node {name!r}; the nodes are {names}")
+        at = self.now if at is None else float(at)
+        if at < self.now:
+            raise ValueError(f"cannot fail {name} at {at}: the clock is already at {self.now}")
+        if duration is not None and duration < 0:
+            raise ValueError(f"negative failure duration {duration}")
+        self._push(at, _NODE_DOWN, (index, duration))
+        self.advance_to(self.now)
+
+    def reason(self, job: SimJob) -> str:
+        """Slurm's pending reason: Dependency, Priority, Resources, ...; empty otherwise."""
+        if job.state is not JobState.PENDING or job.eligible is None:
+            return job.reason
+        return "Resources" if job is self._blocked else "Priority"
+
+    def node_up(self, name: str) -> bool:
+        return self._nodes.up[self._node_index[name]]
+
+    def free_cores(self) -> int:
+        return self._nodes.free_total
+
+    # -------------------------------------------------------------- internals
+
+    def _new_job(
+        self,
+        cores: int,
+        time_limit: float,
+        nodes: int | None,
+        memory_mb: float | None,
+        run: float | None,
+        name: str,
+    ) -> SimJob:
+        if not time_limit > 0:
+            raise SubmitError(f"time limit must be positive, got {time_limit}", option="time")
+        if run is not None and run < 0:
+            raise SubmitError(f"negative runtime {run}", option="run")
+        if cores < 1:
+            raise SubmitError(f"a job needs at least one core, got {cores}", option="cores")
+        mem_per_core = self._default_mem if memory_mb is None else float(memory_mb) / cores
+        self._check_geometry(cores, nodes, mem_per_core)
+        job = SimJob(
+            id=self._next_id,
+            cores=cores,
+            time_limit=float(time_limit),
+            submit=self.now,
+            run=None if run is None else float(run),
+            nodes=nodes,
+            mem_per_core=mem_per_core,
+            name=name,
+            heavy=mem_per_core > self._default_mem + EPS,
+        )
+        self._next_id += 1
+        return job
+
+    def _check_geometry(self, cores: int, nodes: int | None, mem_per_core: float) -> None:
+        """Reject what could not run even on the whole, idle cluster (as sbatch does)."""
+        c = self.cluster
+        node_mem = float(c.memory_per_node_mb or 0)
+        if cores > c.total_cores:
+            raise SubmitError(f"{cores} cores requested, the cluster has {c.total_cores}", "cores")
+        if nodes is not None:
+            if not 1 <= nodes <= c.nodes:
+                raise SubmitError(f"{nodes} nodes requested, the cluster has {c.nodes}", "nodes")
+            per_node = cores // nodes
+            if cores % nodes:
+                raise SubmitError(f"{cores} cores do not split evenly over {nodes} nodes", "nodes")
+            if per_node > c.cores_per_node:
+                message = f"{per_node} cores per node requested, nodes have {c.cores_per_node}"
+                raise SubmitError(message, "nodes")
+            fits = per_node * mem_per_core <= node_mem + EPS
+        else:
+            per_node = c.cores_per_node
+            if mem_per_core > 0:
+                per_node = min(per_node, math.floor((node_mem + EPS) / mem_per_core))
+            fits = per_node * c.nodes >= cores
+        if not fits:
+            raise SubmitError(
+                f"{cores * mem_per_core:.0f} MB for {cores} cores does not fit nodes of "
+                f"{node_mem:.0f} MB and {c.cores_per_node} cores",
+                option="mem",
+            )
+
+    def _resolve(self, dependency: Dependency) -> tuple[SimJob, ...]:
+        jobs = []
+        for raw in dependency.job_ids:
+            try:
+                jobs.append(self._jobs[int(raw)])
+            except (ValueError, KeyError):
+                raise SubmitError(
+                    f"Job dependency problem: no job {raw!r}", option="dependency"
+                ) from None
+        if not jobs:
+            raise SubmitError("Job dependency problem: no job ids", option="dependency")
+        return tuple(jobs)
+
+    def _push(self, t: float, kind: int, payload: object, token: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, kind, payload, token))
+
+    def _live_event(self, event: tuple[float, int, int, object, int]) -> bool:
+        _, _, kind, payload, token = event
+        if kind == _END:
+            assert isinstance(payload, SimJob)
+            return payload.state is JobState.RUNNING
+        if kind == _NODE_UP:
+            assert isinstance(payload, int)
+            return self._node_token[payload] == token
+        return True
+
+    def _fire_events(self, t: float) -> None:
+        events = self._events
+        while events and events[0][0] <= t:
+            event = heapq.heappop(events)
+            if not self._live_event(event):
+                continue
+            _, _, kind, payload, _ = event
+            if kind == _END:
+                assert isinstance(payload, SimJob)
+                job = payload
+                timed_out = job.run is None or job.run >= job.time_limit
+                self._finish(job, JobState.TIMEOUT if timed_out else JobState.COMPLETED)
+            elif kind == _NODE_DOWN:
+                assert isinstance(payload, tuple)
+                self._node_down(*payload)
+            else:
+                assert isinstance(payload, int)
+                self._node_return(payload)
+
+    def _admit_arrivals(self, t: float) -> None:
+        a = self._arrivals
+        if a.next > t:
+            return
+        i, submit, n = a.cursor, a.submit, len(a.submit)
+        mem = self._default_mem
+        while i < n and submit[i] <= t:
+            job = SimJob(self._next_id, a.cores[i], a.limit[i], submit[i], a.run[i], None, mem)
+            job.stream_index = i
+            self._next_id += 1
+            self._make_eligible(job)
+            i += 1
+        self.stats.submitted += i - a.cursor
+        a.cursor = i
+        a.next = submit[i] if i < n else INF
+
+    def _make_eligible(self, job: SimJob) -> None:
+        job.eligible = self.now
+        job.reason = ""
+        job.key = (job.submit if self.priority == "submit" else self.now, job.id)
+        # Jobs become eligible at submission (the tail), by an end or a cancel (which
+        # trigger a full pass), or by a start within a pass: then they rank after the
+        # started job, where the pass has yet to look.
+        self._queue.push(job)
+        if job.heavy:
+            self._dirty = True  # memory may bind: the reservation must be made per node
+
+    def _dependency_status(self, job: SimJob) -> Literal["ok", "wait", "never"]:
+        """Slurm's test of a dependency: all listed jobs must satisfy it.
+
+        ``after``: the job started or ended (a cancelled pending job counts);
+        ``afterany``: it ended in any state; ``afterok``: it ended COMPLETED;
+        ``afternotok``: it ended in any other state. A job that ended the wrong
+        way makes the dependency impossible.
+        """
+        assert job.dependency is not None
+        kind, deps = job.dependency
+        status: Literal["ok", "wait", "never"] = "ok"
+        for dep in deps:
+            state = dep.state
+            if kind == "after":
+                ok = state is not JobState.PENDING
+            elif kind == "afterany":
+                ok = state.finished
+            elif not state.finished:
+                ok = False
+            elif (state is JobState.COMPLETED) != (kind == "afterok"):
+                return "never"
+            else:
+                ok = True
+            if not ok:
+                status = "wait"
+        return status
+
+    def _dependency_changed(self, job: SimJob) -> None:
+        """Re-test the jobs waiting on ``job``, which just started or ended."""
+        for waiter in self._dependents.get(job.id, ()):
+            if waiter.state is not JobState.PENDING or waiter.reason != "Dependency":
+                continue
+            status = self._dependency_status(waiter)
+            if status == "ok":
+                self._make_eligible(waiter)
+                self._notify(waiter)
+            elif status == "never":
+                waiter.reason = "DependencyNeverSatisfied"
+                self._notify(waiter)
+                if self.kill_invalid_depend:
+                    self._finish(waiter, JobState.CANCELLED)
+
+    def _notify(self, job: SimJob) -> None:
+        if job.watched and self.listener is not None:
+            self.listener(job)
+
+    def _finish(self, job: SimJob, state: JobState) -> None:
+        was = job.state
+        job.state = state
+        job.end = self.now
+        if state is JobState.TIMEOUT:
+            job.reason = "TimeLimit"
+        elif state is JobState.NODE_FAIL:
+            job.reason = "NodeDown"
+        elif job.reason != "DependencyNeverSatisfied":
+            job.reason = ""
+        if was is JobState.RUNNING:
+            self._release(job)
+        elif job.eligible is not None:
+            self._queue.remove(job)
+        self._dirty = True
+        self.stats.finished += 1
+        self._notify(job)
+        if job.id in self._dependents:
+            self._dependency_changed(job)
+
+    def _release(self, job: SimJob) -> None:
+        assert job.placement is not None
+        self._nodes.give(job.placement, job.mem_per_core)
+        if job.heavy:
+            self._heavy_running -= 1
+        running = self._running
+        del running[bisect_left(running, (job.requested_end, job.id))]
+
+    def _start(self, slot: int, job: SimJob, placement: Placement) -> None:
+        self._queue.kill(slot)
+        self._nodes.take(placement, job.mem_per_core)
+        if job.heavy:
+            self._heavy_running += 1
+        now = self.now
+        job.placement = placement
+        job.state = JobState.RUNNING
+        job.reason = ""
+        job.start = now
+        job.requested_end = end = now + job.time_limit
+        insort(self._running, (end, job.id, job))
+        run = job.run
+        self._push(end if run is None or run >= job.time_limit else now + run, _END, job)
+        self.stats.started += 1
+        if job.stream_index >= 0:
+            self._arrivals.starts[job.stream_index] = now
+        if job.watched:
+            self._notify(job)
+        if job.id in self._dependents:
+            self._dependency_changed(job)
+
+    # ------------------------------------------------------------- placement
+
+    def _fit(self, job: SimJob) -> Placement | None:
+        """Where ``job`` would run now, or None."""
+        nodes = self._nodes
+        if job.cores > nodes.free_total:
+            return None
+        if job.simple and not self._heavy_running:
+            return nodes.best_fit(job.cores)  # memory cannot bind: cores suffice
+        return self._place(job, *nodes.arrays())
+
+    def _place(self, job: SimJob, cores: np.ndarray, mem: np.ndarray) -> Placement | None:
+        return place(job.cores, job.nodes, job.mem_per_core, cores, mem)
+
+    # ------------------------------------------------------------ scheduling
+
+    def _schedule(self) -> None:
+        """A scheduling pass: full after a change, else a backfill test of the new tail jobs."""
+        queue = self._queue
+        while True:
+            dirty, self._dirty = self._dirty, False
+            if dirty or self._blocked is None:
+                if len(queue) or self._blocked is not None:
+                    self._full_pass()
+            elif self._scanned < len(queue.jobs) and self._reservation is not None:
+                self.stats.tail_passes += 1
+                self._backfill(self._scanned)
+            self._scanned = len(queue.jobs)
+            if not self._dirty:
+                return
+
+    def _full_pass(self) -> None:
+        self.stats.full_passes += 1
+        queue = self._queue
+        queue.compact()
+        self._blocked = None
+        self._reservation = None
+        while (slot := queue.head()) >= 0:
+            job = queue.jobs[slot]
+            placement = self._fit(job)
+            if placement is None:
+                break
+            self._start(slot, job, placement)
+        else:
+            return
+        self._blocked = job
+        if self.backfill:
+            self._reservation = self._reserve(job)
+            self._backfill(slot + 1)
+
+    def _reserve(self, head: SimJob) -> _Reservation:
+        """The head's reservation: when and where enough resources free up."""
+        running = self._running
+        if head.simple and not self._heavy_running and not self._queue.heavy:
+            # Memory cannot bind: counting cores is exact.
+            free = self._nodes.free_total
+            need, freed = head.cores - free, 0
+            i, n = 0, len(running)
+            while i < n:
+                shadow = running[i][0]
+                while i < n and running[i][0] == shadow:
+                    freed += running[i][2].cores
+                    i += 1
+                if freed >= need:
+                    return _Reservation(shadow, free + freed - head.cores)
+            return _Reservation(INF, INF)
+        free_cores, free_mem = self._nodes.arrays()
+        cores, mem = free_cores.copy(), free_mem.copy()
+        total, i, n = self._nodes.free_total, 0, len(running)
+        while i < n:
+            shadow = running[i][0]
+            while i < n and running[i][0] == shadow:
+                job = running[i][2]
+                assert job.placement is not None
+                idx, k = job.placement
+                cores[idx] += k
+                mem[idx] += np.multiply(k, job.mem_per_core)
+                total += job.cores
+                i += 1
+            if total >= head.cores and (placed := self._place(head, cores, mem)) is not None:
+                idx, k = placed
+                cores[idx] -= k
+                mem[idx] -= np.multiply(k, head.mem_per_core)
+                extra = int(np.minimum(cores, free_cores).sum())
+                return _Reservation(shadow, extra, cores, mem)
+        return _Reservation(INF, INF)
+
+    def _backfill(self, first: int) -> None:
+        """Start jobs from slot ``first`` on that do not delay the reservation."""
+        res, queue = self._reservation, self._queue
+        assert res is not None
+        nodes = self._nodes
+        while nodes.free_total > 0:
+            end = len(queue.jobs)
+            if first >= end:
+                return
+            window = res.shadow - self.now
+            cores = queue.cores[first:end]
+            free = nodes.free_total
+            fits = cores <= free
+            if res.extra < free:  # jobs running past the shadow must fit in extra
+                fits &= (queue.limit[first:end] <= window) | (cores <= res.extra)
+            candidates = np.flatnonzero(fits)
+            if not candidates.size:
+                return
+            started = False
+            for i in candidates.tolist():
+                slot = first + i
+                job = queue.jobs[slot]
+                if job.time_limit <= window:
+                    placement = self._fit(job)
+                    if placement is not None:
+                        self._start(slot, job, placement)
+                        started = True
+                elif (placement := self._fit_past(job, res)) is not None:
+                    self._start(slot, job, placement)
+                    self._commit(res, job, placement)
+                    started = True
+                if started:
+                    self.stats.backfilled += 1
+                    first = slot + 1
+                    break
+            if not started:
+                return
+
+    def _fit_past(self, job: SimJob, res: _Reservation) -> Placement | None:
+        """Where a job running past the shadow time fits without touching the reservation."""
+        if res.spare_cores is None:
+            return self._fit(job)
+        assert res.spare_mem is not None
+        free_cores, free_mem = self._nodes.arrays()
+        cores = np.minimum(free_cores, res.spare_cores)
+        mem = np.minimum(free_mem, res.spare_mem)
+        return self._place(job, cores, mem)
+
+    def _commit(self, res: _Reservation, job: SimJob, placement: Placement) -> None:
+        if res.spare_cores is None:
+            res.extra -= job.cores
+            return
+        assert res.spare_mem is not None
+        idx, k = placement
+        res.spare_cores[idx] -= k
+        res.spare_mem[idx] -= np.multiply(k, job.mem_per_core)
+        free_cores = np.array(self._nodes.free_cores)
+        res.extra = int(np.minimum(free_cores, res.spare_cores).sum())
+
+    # ---------------------------------------------------------------- nodes
+
+    def _node_down(self, index: int, duration: float | None) -> None:
+        hit = [job for _, _, job in self._running if job.placement and index in job.placement[0]]
+        for job in hit:
+            self._finish(job, JobState.NODE_FAIL)
+        self._nodes.fail(index)
+        self._node_token[index] += 1
+        if duration is not None:
+            self._push(self.now + duration, _NODE_UP, index, self._node_token[index])
+        self._dirty = True
+
+    def _node_return(self, index: int) -> None:
+        self._nodes.restore(index)
+        self._dirty = True
+
+
+def _empty_stream() -> JobStream:
+    empty = np.empty(0)
+    return JobStream(empty, np.empty(0, np.int64), empty, empty)
