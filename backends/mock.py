@@ -19,6 +19,7 @@ from backends.base import JobInfo, JobState, NodeShare, PilotRequest, SubmitErro
 from backends.simulator import INF, Priority, SimJob, Simulator
 from backends.swf import SwfTrace
 from backends.workload import WEEK, Background, ClusterSpec, TraceReplay
+from workflows.spec import Allocation
 
 #: The cluster of a mock without background load nor an explicit cluster.
 DEFAULT_CLUSTER = ClusterSpec(nodes=16, cores_per_node=32)
@@ -150,6 +151,15 @@ class MockSlurm:
         """Fail node ``name`` at loop time ``at`` (default now) for ``duration`` seconds."""
         self._sync().fail_node(name, at=at, duration=duration)
         self._rearm()
+
+    def true_wait(self, allocation: Allocation) -> float:
+        """The wait a pilot of ``allocation`` submitted now would have (what-if replay)."""
+        return self._sync().what_if_wait(
+            allocation.cores,
+            60.0 * math.ceil(allocation.time_limit_s / 60.0),
+            nodes=allocation.nodes,
+            memory_mb=allocation.memory_mb,
+        )
 
     # ------------------------------------------------------------ internals
 

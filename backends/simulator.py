@@ -23,6 +23,7 @@ for more memory per core than the nodes' default share (Slurm's DefMemPerCPU).
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
@@ -319,6 +320,38 @@ class Simulator:
                 self._finish(job, JobState.CANCELLED)
         self._schedule()
         return job
+
+    def fork(self) -> Simulator:
+        """An independent copy of the cluster now, sharing the read-only background stream."""
+        a = self._arrivals
+        shared = {id(x): x for x in (a.submit, a.cores, a.run, a.limit)}
+        shared[id(a.starts)] = a.starts.copy()
+        listener, self.listener = self.listener, None
+        try:
+            return copy.deepcopy(self, shared)
+        finally:
+            self.listener = listener
+
+    def what_if_wait(
+        self,
+        cores: int,
+        time_limit: float,
+        *,
+        nodes: int | None = None,
+        memory_mb: float | None = None,
+        horizon: float = 30 * 86400.0,
+    ) -> float:
+        """How long a job submitted now would wait, replayed on a fork (``horizon`` at most).
+
+        In the fork, every job runs to its known end: background jobs their
+        recorded runtime, pilots (which end when released) their time limit.
+        """
+        fork = self.fork()
+        job = fork.submit(cores, time_limit, nodes=nodes, memory_mb=memory_mb)
+        deadline = self.now + horizon
+        while job.start is None and (due := fork.next_event_time()) <= deadline:
+            fork._step(due)
+        return horizon if job.start is None else job.start - self.now
 
     def job(self, job_id: int) -> SimJob:
         try:
