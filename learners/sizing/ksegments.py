@@ -179,14 +179,18 @@ def segment_peaks(series: np.ndarray, k: int) -> np.ndarray:
     return np.array([c.max() for c in cuts])
 
 
-def train(x: np.ndarray, series: list[np.ndarray], k: int) -> Model:
-    """The reference's ``train_model``."""
-    lengths = np.array([float(len(s)) for s in series])
-    peaks = np.array([segment_peaks(s, k) for s in series])
+def fit(x: np.ndarray, lengths: np.ndarray, peaks: np.ndarray) -> Model:
+    """The reference's ``train_model`` from each record's sample count and segment peaks."""
     return Model(
         runtime=_fitted(x, lengths, "min"),
-        segments=tuple(_fitted(x, peaks[:, j], "max") for j in range(k)),
+        segments=tuple(_fitted(x, peaks[:, j], "max") for j in range(peaks.shape[1])),
     )
+
+
+def train(x: np.ndarray, series: list[np.ndarray], k: int) -> Model:
+    """The reference's ``train_model`` from the series themselves."""
+    lengths = np.array([float(len(s)) for s in series])
+    return fit(x, lengths, np.array([segment_peaks(s, k) for s in series]))
 
 
 class KSegments:
@@ -205,15 +209,17 @@ class KSegments:
         self.retry_mode: RetryMode = retry
         self.min_records = max(1, min_records)
         self.x: list[float] = []
-        self.series: list[np.ndarray] = []
+        self.lengths: list[float] = []
+        self.peaks: list[np.ndarray] = []
         self._model: Model | None = None
 
     @property
     def model(self) -> Model | None:
-        if len(self.series) < self.min_records:
+        if len(self.x) < self.min_records:
             return None
         if self._model is None:
-            self._model = train(np.array(self.x), self.series, self.k)
+            x, lengths = np.array(self.x), np.array(self.lengths)
+            self._model = fit(x, lengths, np.array(self.peaks))
         return self._model
 
     def steps(self, task: TaskFeatures) -> Steps | None:
@@ -236,9 +242,10 @@ class KSegments:
         return retry_steps(steps, failed_at, self.retry_mode)
 
     def observe(self, value: float, record: Record) -> None:
-        series = record.memory_series
+        series = np.array(record.memory_series or (value,), dtype=float)
         self.x.append(record.task.input_size or 0.0)
-        self.series.append(np.array(series if series else (value,), dtype=float))
+        self.lengths.append(float(len(series)))
+        self.peaks.append(segment_peaks(series, self.k))
         self._model = None
 
     def exhausted(self, allocated: float, measured: float) -> None:
