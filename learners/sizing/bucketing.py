@@ -206,18 +206,18 @@ def candidate_tops(vmax: float, max_buckets: int = 10) -> np.ndarray:
     """Candidate bucket tops, one column per n = 1..max_buckets (cctools ``get_buckets``).
 
     Column n: powers of two 1, 2, ..., 2^(steps-1) with steps = floor(log2(vmax / n)),
-    then vmax * i / n for i = 1..n-1, then vmax, padded with vmax (padding stays
-    empty). Candidates run down the rows so that prefix sums scan axis 0, numpy's
-    fast way.
+    then vmax * i / n for i = 1..n-1, then vmax. Candidates run down the rows so
+    that prefix sums scan axis 0, numpy's fast way; shorter columns are padded
+    on top with -inf (candidates no record joins).
     """
     columns = []
     for n in range(1, max_buckets + 1):
         steps = 0 if vmax == 0 else max(0, math.floor(math.log(vmax / n) / math.log(2)))
         powers = [2.0**i for i in range(steps)]
         columns.append(powers + [vmax * i / n for i in range(1, n)] + [vmax])
-    out = np.full((max(len(c) for c in columns), max_buckets), vmax)
+    out = np.full((max(len(c) for c in columns), max_buckets), -np.inf)
     for n, column in enumerate(columns):
-        out[: len(column), n] = column
+        out[len(out) - len(column) :, n] = column
     out.flags.writeable = False
     return out
 
@@ -235,7 +235,8 @@ class Candidates:
 
     def __init__(self, max_buckets: int = 10) -> None:
         self.max_buckets = max_buckets
-        self.records: list[float] = []
+        self._records = np.empty(64)
+        self.n = 0
         self.total = 0.0
         """Sum of significances."""
         self.weighted = 0.0
@@ -244,31 +245,37 @@ class Candidates:
         self.weight = np.zeros((0, max_buckets))
         self.top = np.zeros((0, max_buckets))
         self._columns = np.arange(max_buckets)
+        self._candidates = candidate_tops(0.0, max_buckets)
 
     @property
-    def n(self) -> int:
-        return len(self.records)
+    def records(self) -> np.ndarray:
+        """Every record, in arrival order (significance = position + 1)."""
+        return self._records[: self.n]
 
     def add(self, value: float) -> None:
-        self.records.append(value)
-        sig = float(len(self.records))
+        if self.n == len(self._records):
+            self._records = np.concatenate((self._records, np.empty(self.n)))
+        self._records[self.n] = value
+        self.n += 1
+        sig = float(self.n)
         self.total += sig
         self.weighted += value * sig
         if value > self.vmax:
             self._rebuild()
             return
-        rows = (candidate_tops(self.vmax, self.max_buckets) < value).sum(axis=0)
-        self.weight[rows, self._columns] += sig
-        cells = self.top[rows, self._columns]
-        self.top[rows, self._columns] = np.maximum(cells, value)
+        cells = (self._candidates < value).sum(axis=0) * self.max_buckets + self._columns
+        weight, top = self.weight.ravel(), self.top.ravel()
+        weight[cells] = weight[cells] + sig
+        top[cells] = np.maximum(top[cells], value)
 
     def _rebuild(self) -> None:
-        values = np.array(self.records)
+        values = self.records
         order = np.argsort(values, kind="stable")
         values = values[order]
         below = np.concatenate(([0.0], np.cumsum(order + 1.0)))
         self.vmax = float(values[-1])
-        ends = np.searchsorted(values, candidate_tops(self.vmax, self.max_buckets), side="right")
+        self._candidates = candidate_tops(self.vmax, self.max_buckets)
+        ends = np.searchsorted(values, self._candidates, side="right")
         starts = np.vstack((np.zeros((1, self.max_buckets), dtype=ends.dtype), ends[:-1]))
         self.weight = below[ends] - below[starts]
         self.top = np.where(self.weight > 0, values[ends - 1], 0.0)
@@ -292,7 +299,7 @@ def exhaustive_costs(state: Candidates) -> np.ndarray:
     weighted_top = weight * state.top
     tail = weight + total
     tail -= np.add.accumulate(weight, axis=0)
-    np.maximum(tail, 1e-300, out=tail)
+    np.maximum(tail, 1e-300, out=tail)  # 0 only past the last record (all records 0)
     below_top = np.add.accumulate(weighted_top, axis=0)
     all_top = below_top[-1]
     above = all_top - below_top
