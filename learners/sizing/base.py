@@ -8,7 +8,8 @@ exceeding a resource only says "more than ``measured`` was needed".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from learners.resources import Resource, Resources
@@ -21,6 +22,16 @@ class TaskFeatures:
     category: str
     input_size: float | None = None
     """Total input size in bytes (Ponder, k-Segments, Witt)."""
+    declared: Mapping[str, float] = field(default_factory=dict)
+    """Sizes the user fixed (``Task.declared``): they always win over any sizer."""
+    requested: Mapping[str, float] = field(default_factory=dict)
+    """Sizes the user asked for without fixing them (a trace's requested memory, say):
+    what Ponder keeps while unsure and what the user-default baseline allocates."""
+
+
+class Unfittable(ValueError):
+    """The task needs more of a resource than it can ever get: more than a whole
+    worker has, or more than the size the user fixed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +68,9 @@ class Sizer(Protocol):
 
         ``previous`` and ``exhaustion`` are ``None`` on a first attempt. On a
         retry, only the exhausted resource is re-predicted; the others keep at
-        least what the previous attempt had.
+        least what the previous attempt had. Sizes in ``task.declared`` are
+        returned as given. Raises :class:`Unfittable` when the task cannot get
+        enough of a resource (it exhausted a whole worker or a declared size).
         """
         ...
 

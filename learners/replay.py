@@ -1,0 +1,276 @@
+"""Replay a trace of tasks through a sizer on N simulated workers.
+
+Tasks are submitted at time 0 in trace order and start first in, first out:
+the next task starts as soon as a worker has room for its allocation (first
+fit), and is sized (again) then, so early tasks are sized with little history,
+as in a real run. A task's record reaches the sizer only when it finishes.
+
+An attempt whose allocation is below a true peak fails and is retried with the
+sizer's next allocation. Without a memory series, exhaustion shows at the end
+of the run and the monitor reports the allocation as the value reached
+(Tovar's slow-peaks model: the worst case), or, with ``peaks="fast"``, at the
+start, reporting the true peak (the best case: failures cost nothing and tell
+all; the synthetic tasks of seed 000 behave so). With a series, memory fails
+at the first sample above the allocation, reporting that sample; allocated
+and consumed memory are then the trapezoid integrals over the samples
+(k-Segments' accounting), and a sizer with a step function (k-Segments)
+allocates memory over time and retries selectively or partially.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from learners.metrics import Usage
+from learners.resources import PACKED, Resource, Resources
+from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
+from learners.sizing.ksegments import Steps, first_failure, trapezoid
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySeries:
+    """Memory samples of one task: seconds since its first sample, MB."""
+
+    times: np.ndarray
+    mb: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class TraceTask:
+    """One task of a trace: what it really needed (``peak.wall`` is its wall time)."""
+
+    category: str
+    peak: Resources
+    input_size: float | None = None
+    requested: Mapping[str, float] = field(default_factory=dict)
+    series: MemorySeries | None = None
+
+    @property
+    def features(self) -> TaskFeatures:
+        return TaskFeatures(self.category, self.input_size, requested=self.requested)
+
+
+@dataclass
+class ReplayResult:
+    """What one sizer did to one trace."""
+
+    sizer: str
+    workers: int
+    tasks: int
+    completed: int = 0
+    attempts: int = 0
+    retries: int = 0
+    """Attempts killed for exhausting a resource."""
+    unfit: int = 0
+    """Tasks abandoned: they exhausted a whole worker."""
+    makespan: float = 0.0
+    usage: dict[Resource, Usage] = field(default_factory=dict)
+
+    @property
+    def retries_pct(self) -> float:
+        return 100.0 * self.retries / self.tasks if self.tasks else 0.0
+
+    @property
+    def tasks_per_worker_hour(self) -> float:
+        hours = self.workers * self.makespan / 3600.0
+        return self.completed / hours if hours > 0 else math.nan
+
+    def rows(self) -> list[dict[str, float | str | int]]:
+        """One row per resource (wastes in resource units x seconds)."""
+        return [
+            {
+                "sizer": self.sizer,
+                "resource": r,
+                "awe": u.awe,
+                "waste_fragmentation": u.fragmentation,
+                "waste_failed": u.failed,
+                "retries_pct": self.retries_pct,
+                "retries": self.retries,
+                "unfit": self.unfit,
+                "tasks_per_worker_hour": self.tasks_per_worker_hour,
+            }
+            for r, u in self.usage.items()
+        ]
+
+
+@dataclass
+class _Attempt:
+    end: float
+    exhausted: list[Exhaustion]
+    failed_at: int | None
+    """Memory sample the attempt failed at (series only)."""
+    consumed: dict[Resource, float]
+    allocated: dict[Resource, float]
+
+
+@dataclass
+class _Task:
+    index: int
+    trace: TraceTask
+    features: TaskFeatures
+    allocation: Resources | None = None
+    steps: Steps | None = None
+    version: int = -1
+    previous: Resources | None = None
+    previous_steps: Steps | None = None
+    exhausted: list[Exhaustion] = field(default_factory=list)
+    failed_at: int | None = None
+
+
+def replay(
+    tasks: Sequence[TraceTask],
+    sizer: Sizer,
+    *,
+    workers: int,
+    worker: Resources,
+    resources: tuple[Resource, ...] = PACKED,
+    use_series: bool = True,
+    peaks: Literal["slow", "fast"] = "slow",
+) -> ReplayResult:
+    """Run every task of ``tasks`` to completion (or to :class:`Unfittable`) and account for it."""
+    if peaks not in ("slow", "fast"):
+        raise ValueError(f"peaks must be 'slow' or 'fast', not {peaks!r}")
+    if workers < 1:
+        raise ValueError("replay needs at least one worker")
+    packed = tuple(r for r in resources if r in PACKED)
+    result = ReplayResult(sizer.name, workers, len(tasks), usage={r: Usage() for r in packed})
+    states = [_Task(i, t, t.features) for i, t in enumerate(tasks)]
+    pending = list(range(len(tasks)))
+    free = [{r: worker[r] for r in PACKED} for _ in range(workers)]
+    running: list[tuple[float, int, int, _Attempt]] = []
+    learned = 0
+    now = 0.0
+    steps_of = getattr(sizer, "memory_steps", None) if use_series else None
+
+    def size(st: _Task) -> None:
+        features = st.features
+        has_series = steps_of is not None and st.trace.series is not None
+        if st.previous is None:
+            st.allocation = sizer.allocate(features)
+            st.steps = steps_of(features) if has_series else None
+        else:
+            alloc, steps = st.previous, st.previous_steps
+            for ex in st.exhausted:
+                if ex.resource == "memory" and steps is not None and st.failed_at is not None:
+                    steps = sizer.memory_retry(features, steps, st.failed_at)  # type: ignore[attr-defined]
+                    alloc = alloc.with_("memory", steps.peak)
+                else:
+                    alloc = sizer.allocate(features, alloc, ex)
+            st.allocation, st.steps = alloc, steps
+        if st.steps is not None:
+            st.allocation = st.allocation.with_("memory", st.steps.peak)
+        st.version = learned
+
+    while pending or running:
+        while pending:
+            st = states[pending[0]]
+            if st.allocation is None or st.version != learned:
+                try:
+                    size(st)
+                except Unfittable:
+                    heapq.heappop(pending)
+                    result.unfit += 1
+                    continue
+            alloc = st.allocation
+            assert alloc is not None
+            slot = next((w for w, f in enumerate(free) if _fits(alloc, f)), None)
+            if slot is None:
+                if not running:
+                    raise RuntimeError(f"task {st.index} fits no empty worker: {alloc}")
+                break
+            heapq.heappop(pending)
+            for r in PACKED:
+                free[slot][r] -= alloc[r]
+            attempt = _run(st, alloc, packed, resources, use_series, peaks == "fast")
+            result.attempts += 1
+            heapq.heappush(running, (now + attempt.end, st.index, slot, attempt))
+        if not running:
+            break
+        now, index, slot, attempt = heapq.heappop(running)
+        st = states[index]
+        alloc = st.allocation
+        assert alloc is not None
+        for r in PACKED:
+            free[slot][r] += alloc[r]
+        if attempt.exhausted:
+            result.retries += 1
+            for r in packed:
+                result.usage[r].failure(attempt.allocated[r])
+            for ex in attempt.exhausted:
+                sizer.observe_exhaustion(st.features, alloc, ex)
+            st.previous, st.previous_steps = alloc, st.steps
+            st.exhausted, st.failed_at = attempt.exhausted, attempt.failed_at
+            st.allocation = None
+            heapq.heappush(pending, index)
+        else:
+            result.completed += 1
+            for r in packed:
+                result.usage[r].success(attempt.consumed[r], attempt.allocated[r])
+            sizer.observe(_record(st, attempt, use_series))
+            learned += 1
+        result.makespan = now
+    return result
+
+
+def _fits(alloc: Resources, free: dict[str, float]) -> bool:
+    return all(alloc[r] <= free[r] + 1e-9 for r in PACKED)
+
+
+def _run(
+    st: _Task,
+    alloc: Resources,
+    packed: tuple[Resource, ...],
+    resources: tuple[Resource, ...],
+    use_series: bool,
+    fast: bool,
+) -> _Attempt:
+    """How an attempt with ``alloc`` ends, and what it allocated and consumed."""
+    task = st.trace
+    series = task.series if use_series else None
+    duration = float(series.times[-1]) if series is not None else task.peak.wall
+    failures: list[tuple[float, Exhaustion]] = []
+    failed_at = None
+    memory_steps = None
+    if series is not None and "memory" in packed:
+        memory_steps = st.steps or Steps(np.array([alloc.memory]), ((0, 0),))
+        failed_at = first_failure(series.mb, memory_steps)
+        if failed_at is not None:
+            measured = float(series.mb[failed_at])
+            failures.append((float(series.times[failed_at]), Exhaustion("memory", measured)))
+    for r in packed:
+        if r == "memory" and memory_steps is not None:
+            continue
+        if task.peak[r] > alloc[r] + 1e-9:
+            exhausted = Exhaustion(r, task.peak[r] if fast else alloc[r])
+            failures.append((0.0 if fast else duration, exhausted))
+    if "wall" in resources and alloc.wall < duration:
+        failures.append((alloc.wall, Exhaustion("wall", alloc.wall)))
+    end = min((t for t, _ in failures), default=duration)
+    exhausted = [ex for t, ex in failures if t == end]
+    if not any(ex.resource == "memory" for ex in exhausted):
+        failed_at = None
+    allocated = {r: alloc[r] * end for r in packed}
+    consumed = {r: task.peak[r] * end for r in packed}
+    if memory_steps is not None and series is not None:
+        last = int(np.searchsorted(series.times, end, side="right"))
+        times = series.times[:last]
+        allocated["memory"] = trapezoid(memory_steps.over(last), times)
+        consumed["memory"] = trapezoid(series.mb[:last], times)
+    return _Attempt(end, exhausted, failed_at, consumed, allocated)
+
+
+def _record(st: _Task, attempt: _Attempt, use_series: bool) -> Record:
+    task = st.trace
+    series = task.series if use_series else None
+    peak = task.peak
+    if series is not None:
+        peak = Resources(peak.cores, float(series.mb.max()), peak.disk, attempt.end)
+        interval = float(np.median(np.diff(series.times))) if len(series.times) > 1 else None
+        return Record(st.features, peak, tuple(series.mb.tolist()), interval)
+    return Record(st.features, peak)

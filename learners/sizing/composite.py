@@ -1,0 +1,274 @@
+"""One Sizer over per-category learners: the rules every algorithm shares.
+
+An algorithm is a factory of :class:`CategoryLearner` (one per category, each
+owning some resources); most are :class:`PerResource`, one independent
+:class:`ResourceLearner` per resource. :class:`Composite` adds what no algorithm
+should decide alone:
+
+- the TaskVine retry rule: only the exhausted resource is re-predicted, from the
+  value it reached; the others keep what the failed attempt had;
+- a retry that would not grow the exhausted resource doubles it instead;
+- allocations stay within ``[minimum, worker]`` and positive; a task that
+  exhausts a whole worker (or a size the user fixed) is :class:`Unfittable`;
+- sizes the user declared always win.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol, runtime_checkable
+
+from learners.resources import PACKED, Resource, Resources
+from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
+from learners.sizing.ksegments import Steps
+
+POSITIVE: dict[Resource, float] = {"cores": 0.01, "memory": 1.0, "disk": 1.0, "wall": 1.0}
+"""The smallest allocation of each resource: a learner's 0 (all records 0) becomes this."""
+
+
+class ResourceLearner(Protocol):
+    """One resource of one category."""
+
+    def first(self, task: TaskFeatures) -> float:
+        """The value for a task's first attempt."""
+        ...
+
+    def retry(self, task: TaskFeatures, allocated: float, measured: float) -> float:
+        """The value after an attempt with ``allocated`` was killed having reached ``measured``."""
+        ...
+
+    def observe(self, value: float, record: Record) -> None:
+        """A successful attempt's peak of this resource."""
+        ...
+
+    def exhausted(self, allocated: float, measured: float) -> None:
+        """An attempt with ``allocated`` was killed having reached ``measured``."""
+        ...
+
+
+@runtime_checkable
+class StepLearner(Protocol):
+    """A memory learner that can also allocate over time (k-Segments)."""
+
+    def steps(self, task: TaskFeatures) -> Steps | None:
+        """The allocation per monitoring sample, or None while it cannot predict."""
+        ...
+
+    def retry_steps(self, steps: Steps, failed_at: int) -> Steps:
+        """The allocation after ``steps`` failed at sample ``failed_at``."""
+        ...
+
+
+class CategoryLearner(Protocol):
+    """The learner of one category for the resources it owns."""
+
+    resources: tuple[Resource, ...]
+
+    def first(self, task: TaskFeatures) -> dict[Resource, float]: ...
+
+    def retry(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> float: ...
+
+    def observe(self, record: Record) -> None: ...
+
+    def exhausted(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> None: ...
+
+
+class PerResource:
+    """A category learner made of independent resource learners."""
+
+    def __init__(self, learners: Mapping[Resource, ResourceLearner]) -> None:
+        self.learners = dict(learners)
+        self.resources = tuple(self.learners)
+
+    def first(self, task: TaskFeatures) -> dict[Resource, float]:
+        return {r: learner.first(task) for r, learner in self.learners.items()}
+
+    def retry(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> float:
+        return self.learners[resource].retry(task, allocated, measured)
+
+    def observe(self, record: Record) -> None:
+        for r, learner in self.learners.items():
+            value = record.peak[r]
+            if value >= 0 and math.isfinite(value):
+                learner.observe(value, record)
+
+    def exhausted(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> None:
+        self.learners[resource].exhausted(allocated, measured)
+
+
+class Together:
+    """Category learners side by side, each sizing the resources it owns."""
+
+    def __init__(self, parts: Iterable[CategoryLearner]) -> None:
+        self.parts = tuple(parts)
+        self._owner = {r: part for part in self.parts for r in part.resources}
+        self.resources = tuple(self._owner)
+
+    def first(self, task: TaskFeatures) -> dict[Resource, float]:
+        out: dict[Resource, float] = {}
+        for part in self.parts:
+            out.update(part.first(task))
+        return out
+
+    def retry(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> float:
+        return self._owner[resource].retry(task, resource, allocated, measured)
+
+    def observe(self, record: Record) -> None:
+        for part in self.parts:
+            part.observe(record)
+
+    def exhausted(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> None:
+        self._owner[resource].exhausted(task, resource, allocated, measured)
+
+    def part_for(self, resource: Resource) -> CategoryLearner:
+        return self._owner[resource]
+
+
+class Composite:
+    """A :class:`~learners.sizing.base.Sizer` keeping one learner per category."""
+
+    def __init__(
+        self,
+        name: str,
+        new_learner: Callable[[str], CategoryLearner],
+        *,
+        resources: tuple[Resource, ...],
+        worker: Resources,
+        minimum: Resources | None = None,
+    ) -> None:
+        self.name = name
+        self.resources = resources
+        """The resources this sizer allocates; the others stay unreserved (0, wall unbounded)."""
+        self.worker = worker
+        self.minimum = minimum or Resources(wall=0.0)
+        self._new_learner = new_learner
+        self._learners: dict[str, CategoryLearner] = {}
+
+    def learner(self, category: str) -> CategoryLearner:
+        learner = self._learners.get(category)
+        if learner is None:
+            learner = self._learners[category] = self._new_learner(category)
+        return learner
+
+    def allocate(
+        self,
+        task: TaskFeatures,
+        previous: Resources | None = None,
+        exhaustion: Exhaustion | None = None,
+    ) -> Resources:
+        learner = self.learner(task.category)
+        if exhaustion is None:
+            values = learner.first(task)
+        else:
+            if previous is None:
+                raise ValueError("a retry needs the previous allocation")
+            values = {r: previous[r] for r in self.resources}
+            values[exhaustion.resource] = self._grown(task, learner, previous, exhaustion)
+        return self._finish(task, values)
+
+    def _grown(
+        self,
+        task: TaskFeatures,
+        learner: CategoryLearner,
+        previous: Resources,
+        exhaustion: Exhaustion,
+    ) -> float:
+        r = exhaustion.resource
+        had = previous[r]
+        if r in task.declared:
+            raise Unfittable(
+                f"task of category {task.category!r} needs more {r} than the declared "
+                f"{task.declared[r]:g} (reached {exhaustion.measured:g})"
+            )
+        capacity = self.worker[r]
+        if had >= capacity:
+            raise Unfittable(
+                f"task of category {task.category!r} needs more {r} than a whole worker has "
+                f"({capacity:g}; reached {exhaustion.measured:g})"
+            )
+        if r not in self.resources:
+            raise ValueError(f"sizer {self.name!r} does not size {r}, so it cannot be exhausted")
+        value = learner.retry(task, r, had, exhaustion.measured)
+        return value if value > had else 2 * had
+
+    def _finish(self, task: TaskFeatures, values: Mapping[Resource, float]) -> Resources:
+        """Clamp to [minimum, worker], keep positive, put in the declared sizes."""
+        out: dict[str, float] = {r: 0.0 for r in PACKED}
+        out["wall"] = math.inf
+        for r in self.resources:
+            value = min(max(values[r], self.minimum[r], POSITIVE[r]), self.worker[r])
+            out[r] = value
+        for name, value in task.declared.items():
+            if name not in out:
+                known = ", ".join(out)
+                raise ValueError(f"unknown resource {name!r} declared (known: {known})")
+            if value > self.worker[name]:  # type: ignore[index]
+                raise Unfittable(
+                    f"task of category {task.category!r} declares {name} = {value:g}, more than "
+                    f"a whole worker has ({self.worker[name]:g})"  # type: ignore[index]
+                )
+            out[name] = value
+        return Resources(**out)
+
+    def observe(self, record: Record) -> None:
+        self.learner(record.task.category).observe(record)
+
+    def observe_exhaustion(
+        self, task: TaskFeatures, allocation: Resources, exhaustion: Exhaustion
+    ) -> None:
+        if exhaustion.resource in self.resources:
+            r = exhaustion.resource
+            self.learner(task.category).exhausted(task, r, allocation[r], exhaustion.measured)
+
+    def memory_steps(self, task: TaskFeatures) -> Steps | None:
+        """The task's memory as a step function over monitoring samples, when the sizer
+        has one (k-Segments) and memory is neither declared nor unsized; else None.
+
+        For executors that can change a running task's limit (the replay, the
+        simulator); :meth:`allocate` gives the same sizer's peak.
+        """
+        learner = self._step_learner(task)
+        steps = learner.steps(task) if learner else None
+        return None if steps is None else self._clip(steps)
+
+    def memory_retry(self, task: TaskFeatures, steps: Steps, failed_at: int) -> Steps:
+        """The step function after ``steps`` failed at sample ``failed_at``.
+
+        Raises :class:`Unfittable` when the failing step already had a whole worker's memory.
+        """
+        learner = self._step_learner(task)
+        if learner is None:
+            raise ValueError(f"sizer {self.name!r} has no step function for memory")
+        capacity = self.worker.memory
+        if steps.over(failed_at + 1)[failed_at] >= capacity:
+            raise Unfittable(
+                f"task of category {task.category!r} needs more memory than a whole worker has "
+                f"({capacity:g})"
+            )
+        return self._clip(learner.retry_steps(steps, failed_at))
+
+    def _step_learner(self, task: TaskFeatures) -> StepLearner | None:
+        if "memory" in task.declared or "memory" not in self.resources:
+            return None
+        learner = self.learner(task.category)
+        if isinstance(learner, Together):
+            learner = learner.part_for("memory")
+        memory = learner.learners.get("memory") if isinstance(learner, PerResource) else None
+        return memory if isinstance(memory, StepLearner) else None
+
+    def _clip(self, steps: Steps) -> Steps:
+        low = max(self.minimum.memory, POSITIVE["memory"])
+        return steps.clipped(low, self.worker.memory)

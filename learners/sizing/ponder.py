@@ -1,0 +1,282 @@
+"""Ponder (seed 002), exact to CommonWorkflowScheduler ``PonderPredictor.java``.
+
+One predictor per category (the abstract task) learns from tasks with a
+positive peak: x = input size, y = peak memory. With fewer than 5 records it
+only answers when an earlier task had a strictly larger input (max seen + 128
+MiB); otherwise the task keeps its request. With Pearson r > 0.3 it predicts a
+line fitted with an unequal loss (under-predictions cost 50 times more than
+over-predictions), clamped into the seen range, plus max(128 MiB, 2 sqrt(WV))
+with WV the input-weighted variance of the line's residuals; else max seen +
+128 MiB. The scheduler then clamps the prediction to the configured bounds and
+the request and rounds it up to a whole MiB; a retry gets the request.
+
+Memory is in MB of 2^20 bytes (so 128 MiB = 128), input sizes in bytes; the
+line is fitted in GiB of both, as the Java code does. The fit reproduces
+commons-math 3.6.1: ``SimpleRegression`` for the start and r, and its
+``SimplexOptimizer`` with a ``NelderMeadSimplex`` (unit steps, relative and
+absolute thresholds 1e-30 and 1e-50) for the unequal loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from learners.sizing.base import Record, TaskFeatures
+
+GIB_IN_MB = 1024.0
+"""Memory is fitted in GiB: MB (MiB) / 1024; input sizes in GiB: bytes / 2^30."""
+BYTES_IN_GIB = float(2**30)
+
+
+class SimpleRegression:
+    """commons-math ``SimpleRegression`` (with intercept): updating sums, as the Java class."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sum_x = self.sum_y = 0.0
+        self.sum_xx = self.sum_yy = self.sum_xy = 0.0
+        self.x_bar = self.y_bar = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        if self.n == 0:
+            self.x_bar, self.y_bar = x, y
+        else:
+            fact1 = 1.0 + self.n
+            fact2 = self.n / (1.0 + self.n)
+            dx, dy = x - self.x_bar, y - self.y_bar
+            self.sum_xx += dx * dx * fact2
+            self.sum_yy += dy * dy * fact2
+            self.sum_xy += dx * dy * fact2
+            self.x_bar += dx / fact1
+            self.y_bar += dy / fact1
+        self.sum_x += x
+        self.sum_y += y
+        self.n += 1
+
+    @property
+    def slope(self) -> float:
+        if self.n < 2 or abs(self.sum_xx) < 10 * 4.9e-324:
+            return math.nan
+        return self.sum_xy / self.sum_xx
+
+    @property
+    def intercept(self) -> float:
+        return (self.sum_y - self.slope * self.sum_x) / self.n
+
+    @property
+    def r(self) -> float:
+        """Pearson's r (NaN when undefined: fewer than 2 points, constant x or y)."""
+        if self.n < 2 or self.sum_xx == 0 or self.sum_yy == 0:
+            return math.nan
+        sse = max(0.0, self.sum_yy - self.sum_xy * self.sum_xy / self.sum_xx)
+        r = math.sqrt((self.sum_yy - sse) / self.sum_yy)
+        return -r if self.slope < 0 else r
+
+
+def nelder_mead(
+    f: Callable[[np.ndarray], float], start: np.ndarray, max_iterations: int = 100_000
+) -> np.ndarray:
+    """commons-math ``SimplexOptimizer(1e-30, 1e-50)`` with ``NelderMeadSimplex(n)``.
+
+    Unit simplex built by cumulative steps; reflection 1, expansion 2,
+    contraction 0.5, shrink 0.5; stops when no vertex's value changed (by the
+    thresholds) in an iteration. ``max_iterations`` only guards against a
+    simplex that never settles.
+    """
+    n = len(start)
+    steps = np.tril(np.ones((n, n)))
+    points = [start.astype(float)] + [start + step for step in steps]
+    simplex = sorted(((f(p), p) for p in points), key=lambda vp: vp[0])
+    previous = simplex
+
+    def replace_worst(new: tuple[float, np.ndarray]) -> None:
+        for i in range(n):
+            if simplex[i][0] > new[0]:
+                simplex[i], new = new, simplex[i]
+        simplex[n] = new
+
+    def converged(before: list[tuple[float, np.ndarray]]) -> bool:
+        for (p, _), (c, _) in zip(before, simplex, strict=True):
+            diff = abs(p - c)
+            if not (diff <= max(abs(p), abs(c)) * 1e-30 or diff <= 1e-50):
+                return False
+        return True
+
+    for iteration in range(max_iterations):
+        if iteration > 0 and converged(previous):
+            break
+        previous = list(simplex)
+        best, second, worst = simplex[0], simplex[n - 1], simplex[n]
+        centroid = sum(p for _, p in simplex[:n]) / n
+        xr = centroid + (centroid - worst[1])
+        reflected = (f(xr), xr)
+        if best[0] <= reflected[0] < second[0]:
+            replace_worst(reflected)
+        elif reflected[0] < best[0]:
+            xe = centroid + 2.0 * (xr - centroid)
+            expanded = (f(xe), xe)
+            replace_worst(expanded if expanded[0] < reflected[0] else reflected)
+        else:
+            if reflected[0] < worst[0]:
+                xc = centroid + 0.5 * (xr - centroid)
+                contracted = (f(xc), xc)
+                if contracted[0] <= reflected[0]:
+                    replace_worst(contracted)
+                    continue
+            else:
+                xc = centroid - 0.5 * (centroid - worst[1])
+                contracted = (f(xc), xc)
+                if contracted[0] < worst[0]:
+                    replace_worst(contracted)
+                    continue
+            low = simplex[0][1]
+            shrunk = [low + 0.5 * (p - low) for _, p in simplex[1:]]
+            simplex[:] = sorted([simplex[0], *((f(p), p) for p in shrunk)], key=lambda vp: vp[0])
+    return simplex[0][1]
+
+
+def unequal_loss(x: np.ndarray, y: np.ndarray, over_weight: float) -> Callable[[np.ndarray], float]:
+    """Sum of squared errors, over-predictions weighted by ``over_weight`` (Ponder's 0.02)."""
+
+    def loss(params: np.ndarray) -> float:
+        error = y - (params[0] + x * params[1])
+        squared = error * error
+        return float(np.sum(np.where(error > 0, squared, over_weight * squared)))
+
+    return loss
+
+
+class PonderPredictor:
+    """The Java ``PonderPredictor`` over a ``LinearPredictorCustomLoss``, in MB and bytes."""
+
+    def __init__(
+        self,
+        first_tasks: int = 5,
+        *,
+        r_threshold: float = 0.3,
+        offset: float = 128.0,
+        over_weight: float = 0.02,
+    ) -> None:
+        self.first_tasks = first_tasks
+        self.r_threshold = r_threshold
+        self.offset = offset
+        self.over_weight = over_weight
+        self.x: list[float] = []
+        self.y: list[float] = []
+        self.regression = SimpleRegression()
+        self.max_y = 0.0
+        self.min_y = math.inf
+        self.max_x = 0.0
+        self._params: np.ndarray | None = None
+
+    def add(self, x: float, y: float) -> None:
+        self.x.append(x)
+        self.y.append(y)
+        self.max_y = max(self.max_y, y)
+        self.min_y = min(self.min_y, y)
+        self.max_x = max(self.max_x, x)
+        self.regression.add(x / BYTES_IN_GIB, y / GIB_IN_MB)
+        self._params = None
+
+    @property
+    def params(self) -> np.ndarray | None:
+        """(intercept, slope) in GiB of the unequal-loss line; None while it cannot train."""
+        if len(self.x) < 2 or all(x == self.x[0] for x in self.x):
+            return None
+        if self._params is None:
+            x = np.array(self.x) / BYTES_IN_GIB
+            y = np.array(self.y) / GIB_IN_MB
+            start = np.array([self.regression.intercept, self.regression.slope])
+            self._params = nelder_mead(unequal_loss(x, y, self.over_weight), start)
+        return self._params
+
+    def line(self, x: float | np.ndarray) -> float | np.ndarray:
+        params = self.params
+        assert params is not None
+        return (params[0] + (x / BYTES_IN_GIB) * params[1]) * GIB_IN_MB
+
+    def predict(self, x: float) -> float | None:
+        """MB for a task of input ``x`` bytes, or None: keep the request."""
+        n = len(self.x)
+        if n < self.first_tasks:
+            if any(earlier > x for earlier in self.x):
+                return self.max_y + self.offset
+            return None
+        if self.regression.r > self.r_threshold:
+            if self.params is None:
+                return None
+            p = float(self.line(x))
+            if p < self.min_y:
+                p = self.min_y
+            elif (p > self.max_y and x < self.max_x) or (x >= self.max_x and p < self.max_y):
+                p = self.max_y
+            return p + max(self.offset, 2 * math.sqrt(self.weighted_variance(x)))
+        return self.max_y + self.offset
+
+    def weighted_variance(self, x: float) -> float:
+        """Java ``WeightedVarianceOffset``: residual variance, nearer inputs weighing more."""
+        xs = np.array(self.x)
+        d = np.array(self.y) - self.line(xs)
+        n = len(d)
+        if n <= 1:
+            return 0.0
+        dist = np.abs(xs - x)
+        max_diff = float(dist.max())
+        # inputs far from x weigh less; below 10 records none weighs 0
+        w = np.ones(n) if max_diff == 0 else 1 - dist / max_diff + max(1 - n / 10.0, 0) / 100
+        v1, v2 = float(w.sum()), float((w * w).sum())
+        mean = float((d * w).sum()) / v1
+        return float(((d - mean) ** 2 * w).sum()) / (v1 - v2 / v1)
+
+
+def round_up_mib(mb: float) -> float:
+    """The scheduler's ``roundUpToFullMB`` of the prediction's ``longValue`` in bytes."""
+    return float(math.ceil(math.floor(mb * 2**20) / 2**20))
+
+
+class Ponder:
+    """Memory of one category by Ponder, clamped and rounded as the Kubernetes scheduler does."""
+
+    def __init__(
+        self,
+        capacity: float,
+        *,
+        min_memory: float | None = None,
+        max_memory: float | None = None,
+        first_tasks: int = 5,
+    ) -> None:
+        self.capacity = capacity
+        self.min_memory = min_memory
+        self.max_memory = max_memory
+        self.predictor = PonderPredictor(first_tasks)
+
+    def _request(self, task: TaskFeatures) -> float:
+        return task.requested.get("memory", self.capacity)
+
+    def first(self, task: TaskFeatures) -> float:
+        request = self._request(task)
+        p = self.predictor.predict(task.input_size or 0.0)
+        if p is None:
+            return request
+        if self.min_memory is not None and p < self.min_memory:
+            p = self.min_memory
+        elif self.max_memory is not None and p > self.max_memory:
+            p = self.max_memory
+        elif p > request:
+            p = request
+        return round_up_mib(p)
+
+    def retry(self, task: TaskFeatures, allocated: float, measured: float) -> float:
+        """The paper's retry: the task's request (doubling when the request already failed)."""
+        request = self._request(task)
+        return request if request > allocated else 2 * allocated
+
+    def observe(self, value: float, record: Record) -> None:
+        if value > 0 and record.peak.wall >= 0:
+            self.predictor.add(record.task.input_size or 0.0, value)
+
+    def exhausted(self, allocated: float, measured: float) -> None:
+        """Exhaustions are not training data."""

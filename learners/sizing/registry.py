@@ -1,0 +1,183 @@
+"""Every sizer by name: ``make_sizer("exhaust", worker=...)``.
+
+Each name picks an algorithm family and its variant; the family builds one
+category learner per category behind a :class:`Composite`. Sizers that only
+learn memory (Ponder, k-Segments, Witt) size the other resources with a
+companion sizer, cctools' ``max-seen`` unless ``companion=`` names another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from learners.resources import PACKED, Resource, Resources
+from learners.sizing.baselines import UserRequest, WholeWorker
+from learners.sizing.bucketing import DEFAULTS, Bucketing
+from learners.sizing.composite import CategoryLearner, Composite, PerResource, Together
+from learners.sizing.ksegments import KSegments
+from learners.sizing.ponder import Ponder
+from learners.sizing.quantized import Quantized
+from learners.sizing.tovar import TovarCategory
+from learners.sizing.witt import Witt
+
+SIZERS: dict[str, str] = {
+    "whole": "a whole worker for every attempt (seed 000's baseline)",
+    "user": "the task's request, doubled on failure (the user default of seeds 001/002)",
+    "max-seen": "cctools max mode: largest peak + 1/3 bucket; a whole worker first and on retry",
+    "min-waste": "Tovar et al. minimum waste; retry at the largest value seen",
+    "max-xput": "Tovar et al. maximum throughput; retry at the largest value seen",
+    "min-waste-doubling": "Tovar et al. minimum waste; retry doubles",
+    "max-xput-doubling": "Tovar et al. maximum throughput; retry doubles",
+    "quantized": "quantized bucketing (3 quantile buckets, Phung et al. 2021)",
+    "greedy": "Greedy Bucketing (Phung & Thain 2024)",
+    "exhaust": "Exhaustive Bucketing (Phung & Thain 2024)",
+    "greedy-det": "Greedy Bucketing, deterministic: the smallest bucket above",
+    "exhaust-det": "Exhaustive Bucketing, deterministic: the smallest bucket above",
+    "ponder": "Ponder: memory by unequal-loss regression on input size",
+    "ksegments": "k-Segments (k = 4) as a peak sizer; selective retry with time series",
+    "ksegments-partial": "k-Segments (k = 4) as a peak sizer; partial retry with time series",
+    "witt-mean": "Witt LR, intercept + standard error",
+    "witt-under": "Witt LR, intercept + standard error of under-predictions",
+    "witt-max": "Witt LR, intercept + largest under-prediction",
+}
+
+MEMORY_ONLY = ("ponder", "ksegments", "ksegments-partial", "witt-mean", "witt-under", "witt-max")
+COMPANION = "max-seen"
+
+Factory = Callable[[str], CategoryLearner]
+
+_OPTIONS: dict[str, set[str]] = {
+    "bucketing": {"defaults", "sampling", "rate", "max_buckets"},
+    "quantized": {"k", "sampling"},
+    "tovar": {"maximum", "bucket_sizes", "every"},
+    "ponder": {"min_memory", "max_memory", "first_tasks", "companion"},
+    "ksegments": {"k", "companion"},
+    "witt": {"companion"},
+    "baseline": set(),
+}
+
+
+def _family(name: str) -> str:
+    if name in ("greedy", "exhaust", "greedy-det", "exhaust-det"):
+        return "bucketing"
+    if name in ("max-seen", "min-waste", "max-xput", "min-waste-doubling", "max-xput-doubling"):
+        return "tovar"
+    if name.startswith("witt"):
+        return "witt"
+    if name.startswith("ksegments"):
+        return "ksegments"
+    if name in ("ponder", "quantized"):
+        return name
+    return "baseline"
+
+
+def make_sizer(
+    name: str,
+    *,
+    worker: Resources,
+    seed: int = 0,
+    resources: tuple[Resource, ...] = PACKED,
+    minimum: Resources | None = None,
+    **options: Any,
+) -> Composite:
+    """The sizer called ``name`` (one of :data:`SIZERS`) for workers of capacity ``worker``.
+
+    ``resources`` are the ones it sizes (add ``"wall"`` to size wall time too);
+    ``minimum`` is a floor no allocation goes below; ``seed`` seeds the sizer's
+    own random generator. Family options: bucketing ``defaults`` (per
+    resource), ``sampling``, ``rate``, ``max_buckets``; quantized ``k``,
+    ``sampling``; Tovar ``maximum`` (per resource), ``bucket_sizes``, ``every``;
+    Ponder ``min_memory``, ``max_memory``, ``first_tasks``; k-Segments ``k``;
+    memory-only sizers ``companion``.
+    """
+    if name not in SIZERS:
+        raise ValueError(f"unknown sizer {name!r}; choose from {', '.join(SIZERS)}")
+    unknown = set(options) - _OPTIONS[_family(name)]
+    if unknown:
+        raise ValueError(f"sizer {name!r} takes no option {', '.join(sorted(unknown))}")
+    bad = [r for r in resources if r not in ("cores", "memory", "disk", "wall")]
+    if bad or not resources:
+        raise ValueError(f"cannot size {bad or 'nothing'}: resources are cores, memory, disk, wall")
+    rng = np.random.default_rng(seed)
+    factory = _factory(name, resources, worker, rng, options)
+    return Composite(name, factory, resources=resources, worker=worker, minimum=minimum)
+
+
+def _factory(
+    name: str,
+    resources: tuple[Resource, ...],
+    worker: Resources,
+    rng: np.random.Generator,
+    options: Mapping[str, Any],
+) -> Factory:
+    family = _family(name)
+    if name in MEMORY_ONLY:
+        return _memory_only(name, resources, worker, rng, options)
+    if family == "tovar":
+        mode = {"max-seen": "max-seen", "min-waste": "min-waste", "max-xput": "max-throughput"}[
+            name.removesuffix("-doubling")
+        ]
+        retry = "double" if name.endswith("-doubling") else "max"
+        return lambda _: TovarCategory(
+            mode,
+            resources,
+            worker,
+            retry=retry,
+            **options,  # type: ignore[arg-type]
+        )
+    return lambda _: PerResource(
+        {r: _resource_learner(name, r, worker, rng, options) for r in resources}
+    )
+
+
+def _resource_learner(
+    name: str, r: Resource, worker: Resources, rng: np.random.Generator, options: Mapping[str, Any]
+) -> Any:
+    capacity = worker[r]
+    if name == "whole":
+        return WholeWorker(capacity)
+    if name == "user":
+        return UserRequest(r, capacity)
+    if name == "quantized":
+        return Quantized(capacity, rng, **options)
+    mode = "greedy" if name.startswith("greedy") else "exhaustive"
+    extra = dict(options)
+    defaults = {**DEFAULTS, **extra.pop("defaults", {})}
+    return Bucketing(mode, defaults[r], rng, deterministic=name.endswith("-det"), **extra)
+
+
+def _memory_only(
+    name: str,
+    resources: tuple[Resource, ...],
+    worker: Resources,
+    rng: np.random.Generator,
+    options: Mapping[str, Any],
+) -> Factory:
+    extra = dict(options)
+    companion = extra.pop("companion", COMPANION)
+    if companion not in SIZERS or companion in MEMORY_ONLY:
+        raise ValueError(f"companion {companion!r} must be a sizer of every resource")
+    others = tuple(r for r in resources if r != "memory")
+    rest = _factory(companion, others, worker, rng, {}) if others else None
+
+    def memory() -> Any:
+        capacity = worker.memory
+        if name == "ponder":
+            return Ponder(capacity, **extra)
+        if name.startswith("ksegments"):
+            retry = "partial" if name.endswith("partial") else "selective"
+            return KSegments(capacity, retry=retry, **extra)
+        return Witt(capacity, offset=name.removeprefix("witt-"))  # type: ignore[arg-type]
+
+    def new(category: str) -> CategoryLearner:
+        parts: list[CategoryLearner] = []
+        if "memory" in resources:
+            parts.append(PerResource({"memory": memory()}))
+        if rest is not None:
+            parts.append(rest(category))
+        return parts[0] if len(parts) == 1 else Together(parts)
+
+    return new

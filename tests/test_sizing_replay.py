@@ -1,0 +1,95 @@
+"""The replay on tiny hand-made traces whose AWE, retries and makespan are worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from learners.metrics import Usage
+from learners.replay import MemorySeries, TraceTask, replay
+from learners.resources import Resources
+from learners.sizing import make_sizer
+
+SMALL = Resources(4, 1000, 1000)
+
+
+def test_usage_splits_waste():
+    u = Usage()
+    u.success(consumed=30, allocated=40)
+    u.failure(allocated=30)
+    assert (u.awe, u.fragmentation, u.failed) == (30 / 70, 10, 30)
+
+
+def test_whole_workers_never_fail():
+    tasks = [
+        TraceTask("a", Resources(1, 250, 100, 10)),
+        TraceTask("a", Resources(2, 500, 200, 20)),
+        TraceTask("a", Resources(4, 1000, 1000, 30)),
+    ]
+    out = replay(tasks, make_sizer("whole", worker=SMALL), workers=2, worker=SMALL)
+    assert out.usage["cores"].awe == pytest.approx((1 * 10 + 2 * 20 + 4 * 30) / (4 * 60))
+    assert out.usage["memory"].awe == pytest.approx((250 * 10 + 500 * 20 + 1000 * 30) / (1000 * 60))
+    assert (out.retries, out.completed, out.makespan) == (0, 3, 40)  # task 2 starts at 10
+    assert out.tasks_per_worker_hour == pytest.approx(3 / (2 * 40 / 3600))
+
+
+def user(requested: float, peak: float = 250.0, wall: float = 10.0, **kw) -> TraceTask:
+    return TraceTask("a", Resources(1, peak, 1, wall), requested={"memory": requested}, **kw)
+
+
+def test_slow_peaks_fail_at_the_end():
+    sizer = make_sizer("user", worker=SMALL, resources=("memory",))
+    out = replay([user(200)], sizer, workers=1, worker=SMALL, resources=("memory",))
+    memory = out.usage["memory"]
+    assert memory.awe == pytest.approx(250 * 10 / (200 * 10 + 400 * 10))
+    assert (memory.failed, memory.fragmentation) == (2000, 1500)
+    assert (out.retries, out.retries_pct, out.makespan) == (1, 100.0, 20)
+    assert out.rows()[0]["waste_failed"] == 2000
+
+
+def test_fast_peaks_fail_at_once():
+    sizer = make_sizer("user", worker=SMALL, resources=("memory",))
+    out = replay([user(200)], sizer, workers=1, worker=SMALL, resources=("memory",), peaks="fast")
+    assert out.usage["memory"].awe == pytest.approx(250 / 400)
+    assert (out.retries, out.makespan) == (1, 10)
+
+
+def test_a_task_larger_than_a_worker_is_dropped():
+    tasks = [TraceTask("a", Resources(1, 2000, 1, 10)), TraceTask("a", Resources(1, 500, 1, 10))]
+    out = replay(tasks, make_sizer("whole", worker=SMALL), workers=1, worker=SMALL)
+    assert (out.unfit, out.retries, out.completed) == (1, 1, 1)
+    assert out.usage["memory"].failed == 1000 * 10
+
+
+STAIRS = MemorySeries(np.arange(8.0), np.array([100, 100, 200, 200, 300, 300, 400, 400.0]))
+STAIRS_AREA = 1750.0  # trapezoid of the stairs over 0..7 s
+
+
+def test_a_series_fails_at_its_first_sample_above():
+    spike = MemorySeries(np.arange(4.0), np.array([100, 300, 200, 100.0]))
+    sizer = make_sizer("user", worker=SMALL, resources=("memory",))
+    out = replay([user(250, series=spike)], sizer, workers=1, worker=SMALL, resources=("memory",))
+    memory = out.usage["memory"]
+    assert memory.failed == 250  # 250 MB over the first second
+    assert memory.consumed == 600 and memory.allocated_ok == 500 * 3
+    assert out.makespan == 1 + 3
+
+
+def test_ksegments_allocates_steps_and_retries_selectively():
+    stairs = [user(500, peak=400, series=STAIRS, input_size=1.0) for _ in range(5)]
+    spike = MemorySeries(STAIRS.times, np.array([100, 100, 250, 200, 300, 300, 400, 400.0]))
+    tasks = [*stairs, user(500, peak=400, series=spike, input_size=1.0)]
+    one_at_a_time = Resources(4, 600, 1000)
+    sizer = make_sizer("ksegments", worker=one_at_a_time, resources=("memory",))
+    out = replay(tasks, sizer, workers=1, worker=one_at_a_time, resources=("memory",))
+    memory = out.usage["memory"]
+    # two tasks on their 500 MB request, three on steps equal to their usage
+    assert memory.consumed == 5 * STAIRS_AREA + 1800
+    assert memory.failed == 100 + 150  # steps 100, 100, 200 up to the 250 MB sample
+    assert memory.allocated_ok == 2 * 500 * 7 + 3 * STAIRS_AREA + 2150  # run (2, 3) doubled
+    assert out.retries == 1
+
+
+def test_replay_needs_a_worker():
+    with pytest.raises(ValueError, match="at least one worker"):
+        replay([], make_sizer("whole", worker=SMALL), workers=0, worker=SMALL)

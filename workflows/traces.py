@@ -1,0 +1,174 @@
+"""Read every task-record trace of ``../shared/data`` into :class:`~learners.replay.TraceTask`.
+
+Formats, told apart by their header:
+
+- TaskVine transaction logs re-encoded one row per task (ipdps2024, coffea):
+  peaks of cores, memory and disk, wall time; one category per row; ordered by task id.
+- Tovar et al.'s job sizing CSVs (bioblast, lobster): category, cores, memory, disk, wall time.
+- k-Segments task tables with their memory series (``<wf>_memory_series.csv.gz`` beside):
+  category = process, input = total input size, cores = peak CPU % / 100,
+  requests from ``max_cpus``/``max_mem``; wall time and memory from the series,
+  which is therefore read with the table. Tasks whose series is missing are skipped.
+- Nextflow traces (nf-core): category = process, input = ``rchar``, cores = %cpu / 100,
+  memory = ``peak_rss``, wall = ``realtime``, requests from ``cpus``/``memory``;
+  only COMPLETED rows, in submission order.
+
+Memory and disk are in MB of 2^20 bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from learners.replay import MemorySeries, TraceTask
+from learners.resources import Resource, Resources
+from workflows.datasets import data_dir
+
+MB = float(2**20)
+
+
+class TraceError(ValueError):
+    """A trace file is missing, unreadable or of an unknown format."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    tasks: tuple[TraceTask, ...]
+    resources: tuple[Resource, ...]
+    """The resources the trace measured."""
+
+    @property
+    def has_series(self) -> bool:
+        return any(t.series is not None for t in self.tasks)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """The trace at ``path`` (any format above)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"trace {path} does not exist")
+    with _open(path) as f:
+        header = next(csv.reader(f), [])
+    name = path.name.removesuffix(".gz").removesuffix(".csv").removesuffix(".tasks")
+    columns = set(header)
+    if {"task_id", "category", "peak_memory_mb", "wall_time_s"} <= columns:
+        return Trace(name, _taskvine(path), ("cores", "memory", "disk"))
+    if header[:6] == ["category", "cores", "memory", "disk", "cpu_time", "wall_time"]:
+        return Trace(name, _jobsizing(path), ("cores", "memory", "disk"))
+    if {"task_idx", "process", "peak_mem_mb", "files_input_total_size"} <= columns:
+        return Trace(name, _ksegments(path), ("cores", "memory"))
+    if {"process", "peak_rss", "rchar", "realtime", "status"} <= columns:
+        return Trace(name, _nextflow(path), ("cores", "memory"))
+    raise TraceError(f"{path}: unknown trace format (columns: {', '.join(header[:8])} ...)")
+
+
+def all_traces() -> list[Path]:
+    """Every task trace of the shared data: the ground truth of each format's files."""
+    root = data_dir()
+    return [
+        *sorted((root / "ipdps2024").glob("synthetic_*_whole.tasks.csv")),
+        *(root / "jobsizing" / f for f in ("bioblast.csv", "lobsterCMSsimulation.csv")),
+        root / "jobsizing" / "coffea.tasks.csv",
+        *sorted((root / "k-segments").glob("*_tasks.csv")),
+        *sorted((root / "nfcore").glob("trace_*.csv")),
+    ]
+
+
+def _open(path: Path):
+    return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else open(path, newline="")
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with _open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _float(row: dict[str, str], column: str, path: Path) -> float:
+    try:
+        return float(row[column])
+    except (KeyError, ValueError):
+        raise TraceError(f"{path}: bad {column} {row.get(column)!r}") from None
+
+
+def _taskvine(path: Path) -> tuple[TraceTask, ...]:
+    rows = sorted(_rows(path), key=lambda row: int(row["task_id"]))
+    return tuple(
+        TraceTask(
+            row["category"],
+            Resources(
+                _float(row, "peak_cores", path),
+                _float(row, "peak_memory_mb", path),
+                _float(row, "peak_disk_mb", path),
+                _float(row, "wall_time_s", path),
+            ),
+        )
+        for row in rows
+    )
+
+
+def _jobsizing(path: Path) -> tuple[TraceTask, ...]:
+    return tuple(
+        TraceTask(
+            row["category"],
+            Resources(*(_float(row, c, path) for c in ("cores", "memory", "disk", "wall_time"))),
+        )
+        for row in _rows(path)
+    )
+
+
+def _ksegments(path: Path) -> tuple[TraceTask, ...]:
+    series_path = path.with_name(path.name.replace("_tasks.csv", "_memory_series.csv.gz"))
+    if not series_path.is_file():
+        raise TraceError(f"{path}: its memory series {series_path.name} is missing")
+    series = _series(series_path)
+    rows = [r for r in _rows(path) if r["mem_file_missing"] == "0" and int(r["task_idx"]) in series]
+    rows.sort(key=lambda row: int(row["tid"]))
+    tasks = []
+    for row in rows:
+        s = series[int(row["task_idx"])]
+        requested = {
+            "cores": _float(row, "max_cpus", path),
+            "memory": _float(row, "max_mem", path) / MB,
+        }
+        cores = _float(row, "peak_cpu_pct", path) / 100
+        peak = Resources(cores, float(s.mb.max()), 0.0, float(s.times[-1]))
+        size = _float(row, "files_input_total_size", path)
+        tasks.append(TraceTask(row["process"], peak, size, requested, s))
+    return tuple(tasks)
+
+
+def _series(path: Path) -> dict[int, MemorySeries]:
+    """All series of a ``task_idx,t_s,mem_mb`` file, by task."""
+    with gzip.open(path, "rb") as f:
+        header, _, body = f.read().partition(b"\n")
+    if header.strip() != b"task_idx,t_s,mem_mb":
+        raise TraceError(f"{path}: expected columns task_idx,t_s,mem_mb, got {header!r}")
+    table = np.array(body.replace(b"\n", b",").rstrip(b",").split(b","), dtype=float).reshape(-1, 3)
+    index = table[:, 0].astype(int)
+    starts = np.flatnonzero(np.diff(index)) + 1
+    out = {}
+    for chunk in np.split(table, starts):
+        out[int(chunk[0, 0])] = MemorySeries(chunk[:, 1].copy(), chunk[:, 2].copy())
+    return out
+
+
+def _nextflow(path: Path) -> tuple[TraceTask, ...]:
+    rows = [r for r in _rows(path) if r["status"] == "COMPLETED"]
+    rows.sort(key=lambda row: (int(row["submit"]), int(row["task_id"])))
+    tasks = []
+    for row in rows:
+        peak = Resources(
+            _float(row, "%cpu", path) / 100,
+            _float(row, "peak_rss", path) / MB,
+            0.0,
+            _float(row, "realtime", path) / 1000,
+        )
+        requested = {"cores": _float(row, "cpus", path), "memory": _float(row, "memory", path) / MB}
+        tasks.append(TraceTask(row["process"], peak, _float(row, "rchar", path), requested))
+    return tuple(tasks)
