@@ -93,6 +93,15 @@ class JobStream:
     def shifted(self, seconds: float) -> JobStream:
         return JobStream(self.submit + seconds, self.cores, self.run, self.limit)
 
+    def compressed(self, around: float, factor: float) -> JobStream:
+        """Arrivals ``factor`` times as frequent, time measured from ``around``.
+
+        The usual way to study a trace under heavier load: job shapes and
+        runtimes stay as recorded, only the gaps between submissions shrink.
+        """
+        submit = around + (self.submit - around) / factor
+        return JobStream(submit, self.cores, self.run, self.limit)
+
     @classmethod
     def from_trace(cls, trace: SwfTrace, max_cores: int | None = None) -> JobStream:
         """The trace's submit stream: requested processors and time limits, recorded
@@ -161,7 +170,9 @@ class TraceReplay:
     is in steady state when the workflow arrives. Without an offset or a job
     index the replay starts one warm-up period after the trace's first job.
     ``scale`` runs a ``scale`` times larger cluster under that many rotated
-    copies of the trace (:meth:`JobStream.rotated_copies`).
+    copies of the trace (:meth:`JobStream.rotated_copies`). ``load`` multiplies
+    the arrival rate (:meth:`JobStream.compressed`), a what-if for a busier
+    machine; 1 replays the trace as recorded.
     """
 
     trace: SwfTrace
@@ -169,12 +180,15 @@ class TraceReplay:
     start_job: int | None = None
     warmup: float = WEEK
     scale: int = 1
+    load: float = 1.0
 
     def __post_init__(self) -> None:
         if self.offset is not None and self.start_job is not None:
             raise ValueError("give a trace offset or a start job, not both")
         if self.warmup < 0 or self.scale < 1:
             raise ValueError(f"need warmup >= 0 and scale >= 1, got {self.warmup}, {self.scale}")
+        if not self.load > 0:
+            raise ValueError(f"load must be positive, got {self.load}")
 
     @classmethod
     def of(cls, trace: SwfTrace | str | Path, **options: Any) -> TraceReplay:
@@ -199,7 +213,8 @@ class TraceReplay:
         jobs = JobStream.from_trace(self.trace, max_cores=cluster.total_cores)
         jobs = jobs.rotated_copies(self.scale)
         origin = self.origin()
-        return jobs.select(jobs.submit >= origin - self.warmup).shifted(start - origin)
+        jobs = jobs.select(jobs.submit >= origin - self.warmup * self.load)
+        return jobs.compressed(origin, self.load).shifted(start - origin)
 
 
 @dataclass(frozen=True)

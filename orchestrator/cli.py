@@ -83,7 +83,9 @@ def validate(
 @app.command()
 def run(
     file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
-    backend: Annotated[str, typer.Option(help="mock (simulated cluster), local or slurm.")] = "mock",
+    backend: Annotated[
+        str, typer.Option(help="mock (simulated cluster), local or slurm.")
+    ] = "mock",
     strategy: Annotated[str, typer.Option(help=f"One of {', '.join(STRATEGIES)}.")] = "asa",
     sizer: Annotated[str | None, typer.Option(help="Task sizer (see `leadtime sizers`).")] = None,
     trace: Annotated[

@@ -43,7 +43,9 @@ def render(engine: Engine) -> Group:
     )
     stages = Table(title="stages", title_justify="left", expand=True, box=None)
     for column in ("stage", "state", "tasks", "", "ready", "start", "end"):
-        stages.add_column(column, justify="right" if column in ("ready", "start", "end") else "left")
+        stages.add_column(
+            column, justify="right" if column in ("ready", "start", "end") else "left"
+        )
     for name, s in engine.stages.items():
         total = len(s.tasks)
         stages.add_row(

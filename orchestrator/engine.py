@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest
 from learners.resources import Resources
-from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures
+from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.forecast import Durations, forecast_end
@@ -28,7 +28,7 @@ from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, S
 from orchestrator.pool import Pool, Worker
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
-from workflows.spec import Allocation, Stage, Task, Workflow, declared_resources
+from workflows.spec import Allocation, Stage, Task, Workflow
 
 
 class WaitLearner(Protocol):
@@ -146,7 +146,7 @@ class Engine:
         self.options = options or EngineOptions()
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.observer = observer
-        features = features or (lambda t: TaskFeatures(t.category))
+        features = features or (lambda t: TaskFeatures(t.category, declared=t.declared))
         self.stages: dict[str, StageRun] = {}
         for stage in workflow.stages:
             tasks = [TaskRun(t, features(t)) for t in expand(stage)]
@@ -506,7 +506,14 @@ class Engine:
             while stage.queue:
                 task = stage.queue[0]
                 if task.allocation is None:
-                    task.allocation = self._allocate(task)
+                    try:
+                        task.allocation = self.sizer.allocate(
+                            task.features, task.previous, task.exhaustion
+                        )
+                    except Unfittable as e:
+                        stage.queue.popleft()
+                        self._fail(stage, task, str(e))
+                        break
                 expected = task.allocation.wall
                 if expected == float("inf"):
                     expected = stage.durations.mean or 0.0
@@ -516,15 +523,6 @@ class Engine:
                 stage.queue.popleft()
                 starts.append((worker, self._start(stage, task, worker)))
         return starts
-
-    def _allocate(self, task: TaskRun) -> Resources:
-        alloc = self.sizer.allocate(task.features, task.previous, task.exhaustion)
-        largest = self.pool.largest()
-        if task.exhaustion is not None and task.previous is not None:
-            r = task.exhaustion.resource
-            if alloc[r] <= task.exhaustion.measured and largest is not None:
-                alloc = alloc.with_(r, max(largest[r], task.previous[r]))
-        return declared_resources(task.task, alloc)
 
     def _start(self, stage: StageRun, task: TaskRun, worker: Worker) -> AttemptSpec:
         assert task.allocation is not None
@@ -594,16 +592,7 @@ class Engine:
             assert result.exhaustion is not None
             self.sizer.observe_exhaustion(task_run.features, spec.allocation, result.exhaustion)
             task_run.previous, task_run.exhaustion = spec.allocation, result.exhaustion
-            largest = self.pool.largest()
-            r = result.exhaustion.resource
-            if r != "wall" and largest is not None and spec.allocation[r] >= largest[r]:
-                self._fail(
-                    stage,
-                    task_run,
-                    f"needs more {r} than the largest worker has ({largest[r]:g})",
-                )
-            else:
-                self._requeue(stage, task_run)
+            self._requeue(stage, task_run)
         elif result.outcome == Outcome.LOST:
             task_run.allocation = spec.allocation
             self._requeue(stage, task_run)
@@ -733,4 +722,3 @@ def _request_json(request: PilotRequest) -> dict[str, Any]:
         "comment": request.comment,
         "extra": list(request.extra),
     }
-

@@ -184,7 +184,7 @@ class Asa:
             if view.phase != Phase.WAITING:
                 actions.append(Submit((view.name,), view.allocation, (), wait, prediction))
                 notes.append(f"stage {view.name}: ready, predicted wait {wait:,.0f} s, submitting")
-                self._predictions.pop(view.name)
+                self._predictions.pop(view.name, None)
                 continue
             end = self._inputs_end(view, stages)
             if end is None:
@@ -193,8 +193,7 @@ class Asa:
             if now < at:
                 wake.append(at)
                 notes.append(
-                    f"stage {view.name}: predicted wait {wait:,.0f} s, "
-                    f"submitting at t+{at:,.0f} s"
+                    f"stage {view.name}: predicted wait {wait:,.0f} s, submitting at t+{at:,.0f} s"
                 )
                 continue
             after = self._after(view, stages, live)
@@ -203,7 +202,7 @@ class Asa:
                 f"stage {view.name}: predicted wait {wait:,.0f} s, stage ends ~t+{end:,.0f} s, "
                 f"submitting now" + (" after " + ", ".join(after) if after else "")
             )
-            self._predictions.pop(view.name)
+            self._predictions.pop(view.name, None)
         return Plan(tuple(actions), min(wake, default=None), tuple(notes))
 
     def _prediction(self, view: StageView) -> tuple[float, Any]:

@@ -12,9 +12,9 @@ from typing import Any
 
 from backends.base import BatchBackend
 from backends.mock import MockSlurm
-from backends.workload import ClusterSpec, SyntheticLoad
+from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
 from learners.resources import Resources
-from learners.sizing import DEFAULT_SIZER, make_sizer
+from learners.sizing import make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import clock
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
@@ -27,6 +27,7 @@ from orchestrator.waits import DEFAULT_POLICY, QueueWaits
 from workflows.spec import Workflow
 
 BACKENDS = ("mock", "local", "slurm")
+DEFAULT_SIZER = "greedy"
 TRACES = ("HPC2N", "KTH", "CTC")
 
 
@@ -38,6 +39,8 @@ class MockOptions:
     """HPC2N, KTH, CTC or the path of an SWF file; None for synthetic load."""
     load: float = 0.7
     """Synthetic utilisation of the cluster (0 for an idle cluster) when no trace is given."""
+    trace_load: float = 1.0
+    """Arrival-rate factor of the replayed trace (1: as recorded)."""
     cluster: ClusterSpec | None = None
     priority: str = "submit"
     offset: float | None = None
@@ -49,14 +52,14 @@ class MockOptions:
         common: dict[str, Any] = {"priority": self.priority}
         if self.trace is not None:
             extra = {} if self.warmup is None else {"warmup": self.warmup}
-            return MockSlurm.from_trace(
+            replay = TraceReplay.of(
                 self.trace,
                 offset=self.offset,
                 scale=self.cluster_scale,
-                cluster=self.cluster,
+                load=self.trace_load,
                 **extra,
-                **common,
             )
+            return MockSlurm(self.cluster, background=replay, **common)
         if self.load <= 0:
             return MockSlurm(self.cluster, **common)
         cluster = self.cluster or ClusterSpec(nodes=64, cores_per_node=32)
@@ -126,9 +129,7 @@ async def execute(
         true_wait=mock.true_wait if mock is not None else None,
         idle_cancel_s=config.idle_cancel_s,
     )
-    sizer = make_sizer(
-        config.sizer, worker=largest_worker(workflow, node_cores), seed=config.seed
-    )
+    sizer = make_sizer(config.sizer, worker=largest_worker(workflow, node_cores), seed=config.seed)
     engine = Engine(
         workflow,
         backend,
@@ -151,7 +152,7 @@ async def execute(
 
 def _simulated_features(truths):
     def features(task):
-        return TaskFeatures(task.category, truths[task.id].input_size)
+        return TaskFeatures(task.category, truths[task.id].input_size, declared=task.declared)
 
     return features
 

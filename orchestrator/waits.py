@@ -33,9 +33,7 @@ class QueueWaits:
     dirty: bool = False
 
     @classmethod
-    async def load(
-        cls, store: Store, *, policy: str = DEFAULT_POLICY, seed: int = 0
-    ) -> QueueWaits:
+    async def load(cls, store: Store, *, policy: str = DEFAULT_POLICY, seed: int = 0) -> QueueWaits:
         """The store's learner (a fresh one if it has none), run with ``policy``."""
         state = await store.load_learner(STORE_NAME)
         if state is None:

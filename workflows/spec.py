@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learners.resources import Resources
 from workflows import checks, quantity, readers, template
 from workflows.synthetic import Distribution
 from workflows.toml_lines import KeyPath, key_lines, line_of
@@ -135,14 +134,6 @@ class Workflow:
             if s.name == name:
                 return s
         raise KeyError(name)
-
-
-def declared_resources(task: Task, base: Resources) -> Resources:
-    """``base`` with the task's declared resources put in: a declared size always wins."""
-    out = base
-    for name, value in task.declared.items():
-        out = out.with_(name, value)  # type: ignore[arg-type]
-    return out
 
 
 class SpecError(ValueError):
