@@ -141,7 +141,7 @@ class SlurmBackend:
         self.on_submitted = on_submitted
         self._uid = os.getuid()
         self._known: set[str] = set()
-        self._active: set[str] = set()
+        self._active: dict[str, None] = {}  # an ordered set: updates come in submission order
         self._records: dict[str, JobRecord] = {}
         self._releases: dict[str, _Release] = {}
         self._submitting: set[tuple[str, str]] = set()
@@ -161,7 +161,7 @@ class SlurmBackend:
             job_id = await self._submit(request, args, script)
         finally:
             self._submitting.discard(key)
-        self._known.add(job_id)
+        self._known.add(job_id)  # before the hook awaits: no other submission may claim it
         if self.on_submitted is not None:
             await self.on_submitted(request, job_id)
         self.track(job_id)
@@ -205,8 +205,8 @@ class SlurmBackend:
         self._known.add(job_id)
         if job_id in self._records and self._records[job_id].state.finished:
             return
-        self._active.add(job_id)
-        if self._poller is None:
+        self._active[job_id] = None
+        if self._poller is None or self._poller.done():
             self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
 
     async def find(self, name: str, comment: str = "") -> list[str]:
@@ -271,10 +271,11 @@ class SlurmBackend:
                 await self._poll()
             except (SlurmError, SlurmOutputError) as e:
                 if not failing:
-                    log.warning(
-                        "polling Slurm failed (retrying every %g s): %s", self.poll_interval_s, e
-                    )
+                    interval = self.poll_interval_s
+                    log.warning("polling Slurm failed (retrying every %g s): %s", interval, e)
                 failing = True
+            except Exception:
+                log.exception("polling Slurm failed unexpectedly; polling goes on")
             else:
                 if failing:
                     log.info("polling Slurm works again")
@@ -284,7 +285,7 @@ class SlurmBackend:
 
     async def _poll(self) -> None:
         records = await self._squeue()
-        for job_id in sorted(self._active, key=int):
+        for job_id in list(self._active):
             record = records.get(job_id) or await self._scontrol(job_id)
             if record is None:
                 last = self._records.get(job_id, JobRecord(job_id, JobState.PENDING))
@@ -298,13 +299,14 @@ class SlurmBackend:
         self._records[record.job_id] = record
         self._updates.put_nowait(record.info())
         if record.state.finished:
-            self._active.discard(record.job_id)
+            self._active.pop(record.job_id, None)
             self._releases.pop(record.job_id, None)
 
     async def _follow_releases(self) -> None:
         now = clock.now()
         for job_id, release in list(self._releases.items()):
-            if self._records[job_id].state is not JobState.RUNNING:
+            record = self._records.get(job_id)
+            if record is None or record.state is not JobState.RUNNING:
                 continue
             if now - release.first >= self.release_timeout_s:
                 log.warning(

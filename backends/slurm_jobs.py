@@ -190,7 +190,7 @@ def _time(value: Any) -> float | None:
 
 
 _SCONTROL_FIELD = re.compile(r"(?:^|\s)([A-Za-z]+)=(\S*)")
-_UNSET_TIMES = {"", "None", "Unknown", "N/A", "(null)"}
+_UNSET = {"", "None", "Unknown", "N/A", "(null)"}
 
 
 def parse_scontrol(line: str) -> JobRecord:
@@ -205,7 +205,7 @@ def parse_scontrol(line: str) -> JobRecord:
     if "JobId" not in fields or "JobState" not in fields:
         raise SlurmOutputError(f"scontrol show job printed no job: {line[:200]!r}")
     state = job_state(fields["JobState"])
-    started = fields.get("BatchHost", "") not in _UNSET_TIMES or fields.get("NodeList")
+    started = any(fields.get(key, "") not in _UNSET for key in ("BatchHost", "NodeList"))
     reason = fields.get("Reason", "")
     uid = re.search(r"\((\d+)\)", fields.get("UserId", ""))  # UserId=name(uid)
     return JobRecord(
@@ -222,6 +222,6 @@ def parse_scontrol(line: str) -> JobRecord:
 
 
 def _local_time(text: str) -> float | None:
-    if text in _UNSET_TIMES:
+    if text in _UNSET:
         return None
     return datetime.fromisoformat(text).timestamp()
