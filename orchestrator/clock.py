@@ -84,6 +84,16 @@ def epoch_now() -> float:
     return time.time()
 
 
+def from_epoch(t: float) -> float:
+    """The running loop's clock reading at Unix time ``t`` (e.g. a time Slurm reported)."""
+    return now() + (t - epoch_now())
+
+
+def to_epoch(t: float) -> float:
+    """The Unix time at which the running loop's clock reads ``t``."""
+    return epoch_now() + (t - now())
+
+
 def monotonic() -> float:
     """Real monotonic seconds, whatever loop runs (for rate limits and benchmarks)."""
     return time.monotonic()

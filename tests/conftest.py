@@ -1,6 +1,13 @@
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from workflows.datasets import DataNotFound, data_dir
+
+SLURM_LOCAL = Path(__file__).resolve().parents[1] / "scripts" / "slurm-local"
+_slurm_down: list[str] = []  # why the local Slurm is not usable, once checked
 
 
 @pytest.fixture(scope="session")
@@ -10,3 +17,41 @@ def data():
         return data_dir()
     except DataNotFound as e:
         pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def slurm_local() -> str:
+    """The script that runs the local Slurm (``up``, ``stop-ctld``, ``start-ctld``, ...)."""
+    return str(SLURM_LOCAL)
+
+
+def _slurm_status() -> str | None:
+    """None when ``scripts/slurm-local status`` says the cluster is usable, else why not."""
+    try:
+        done = subprocess.run(
+            [SLURM_LOCAL, "status"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"scripts/slurm-local status failed: {e}"
+    if done.returncode == 0:
+        return None
+    return (done.stdout + done.stderr).strip() or f"exit status {done.returncode}"
+
+
+def pytest_runtest_setup(item):
+    """Tests marked ``slurm`` need the local cluster: skipped without it, failed under CI."""
+    if item.get_closest_marker("slurm") is None:
+        return
+    if not _slurm_down:
+        _slurm_down.append(_slurm_status() or "")
+    why = _slurm_down[0]
+    if not why:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI needs the local Slurm (scripts/slurm-local up): {why}")
+    pytest.skip(f"local Slurm not running (scripts/slurm-local up): {why}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _slurm_down and _slurm_down[0]:
+        terminalreporter.write_line(f"Slurm tests skipped: {_slurm_down[0]}")

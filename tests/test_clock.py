@@ -89,3 +89,21 @@ def test_real_loop_is_untouched():
         return clock.now() - start
 
     assert clock.run(main(), virtual=False) >= 0.01
+
+
+def test_epoch_conversions_are_exact_on_virtual_time():
+    async def main():
+        await clock.sleep(100)
+        return clock.from_epoch(1_000_050.0), clock.to_epoch(20.0)
+
+    assert clock.run(main(), virtual=True, epoch=1_000_000.0) == (50.0, 1_000_020.0)
+
+
+def test_epoch_conversions_round_trip_on_real_time():
+    async def main():
+        t = time.time() - 30
+        return t, clock.to_epoch(clock.from_epoch(t)), clock.now() - clock.from_epoch(t)
+
+    t, back, age = clock.run(main(), virtual=False)
+    assert abs(back - t) < 0.01
+    assert 29.9 < age < 30.1

@@ -1,0 +1,419 @@
+"""Pilots on a real Slurm, through sbatch, squeue, scontrol and scancel.
+
+Every command runs as an asyncio subprocess with a time limit. A controller that is busy or
+down ("Socket timed out", "Unable to contact slurm controller", a command that does not
+answer in time) is waited out with exponential backoff for a bounded time. A submission
+whose answer was lost is looked for by its job name and comment before sbatch runs again,
+so a pilot is never submitted twice.
+
+States come from one ``squeue --json`` per poll for all tracked jobs, falling back to
+``scontrol show job -o`` for a job squeue does not list; every change is pushed to
+:meth:`SlurmBackend.updates`.
+
+pyslurm is not used: PyPI's builds need the newest Slurm's headers while clusters (and
+Debian 12, with 22.05) run older ones, and the commands' output is what stays stable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shlex
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from backends.base import JobInfo, JobState, PilotRequest, SubmitError
+from backends.slurm_jobs import (
+    JobRecord,
+    SlurmOutputError,
+    SlurmReportedError,
+    parse_scontrol,
+    parse_squeue_json,
+)
+from backends.slurm_script import batch_script, rejection, sbatch_arguments
+from orchestrator import clock
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# Messages of a controller that is down, restarting or overloaded, or of munge trouble.
+_TRANSIENT = re.compile(
+    r"socket timed out|unable to contact slurm controller|controller not responding"
+    r"|connection refused|connection timed out|communication connection failure"
+    r"|zero bytes were transmitted|resource temporarily unavailable|munge"
+    r"|protocol authentication error|slurmctld.*busy|try again later",
+    re.IGNORECASE,
+)
+# How far a lost submission's SubmitTime may precede our first sbatch (clock skew between
+# this host and the controller's).
+_CLOCK_SLACK_S = 120.0
+
+OnSubmitted = Callable[[PilotRequest, str], Awaitable[None]]
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message is Slurm's own."""
+
+
+class SlurmUnavailable(SlurmError):
+    """The controller did not answer within the retry budget (or the commands are missing)."""
+
+
+class _Transient(SlurmError):
+    """A failure worth retrying: the controller may answer later."""
+
+
+class _CommandFailed(SlurmError):
+    """A command refused what it was asked (a rejection, an unknown job id, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmCommands:
+    """The Slurm commands, and how long one may take before its answer counts as lost."""
+
+    sbatch: str = "sbatch"
+    squeue: str = "squeue"
+    scontrol: str = "scontrol"
+    scancel: str = "scancel"
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Retries of transient failures: delays double from ``first_s`` up to ``max_s``; no
+    new attempt starts more than ``give_up_s`` after the first."""
+
+    first_s: float = 1.0
+    max_s: float = 15.0
+    give_up_s: float = 300.0
+
+
+@dataclass(slots=True)
+class _Release:
+    first: float
+    last: float
+
+
+class SlurmBackend:
+    """Pilots as Slurm batch jobs, each starting ``worker_command`` once per allocated node.
+
+    ``run_dir`` receives the jobs' output files (``<name>-<jobid>.out``). ``worker_env`` is
+    exported to the workers; ``sbatch_options`` are added to every submission. A running
+    pilot that is released gets SIGTERM again every ``release_resend_s`` (a signal sent
+    before its job step exists is lost) and is cancelled after ``release_timeout_s``.
+    ``on_submitted(request, job_id)`` is awaited as soon as a job id is known, before the
+    job is tracked: the place to store it.
+    """
+
+    name = "slurm"
+    simulated = False
+
+    def __init__(
+        self,
+        worker_command: Sequence[str],
+        run_dir: str | Path,
+        *,
+        worker_env: Mapping[str, str] | None = None,
+        sbatch_options: Sequence[str] = (),
+        poll_interval_s: float = 2.0,
+        release_resend_s: float = 10.0,
+        release_timeout_s: float = 300.0,
+        backoff: Backoff | None = None,
+        commands: SlurmCommands | None = None,
+        on_submitted: OnSubmitted | None = None,
+    ) -> None:
+        if not worker_command:
+            raise ValueError("worker_command is empty: a pilot must start some worker")
+        self.worker_command = tuple(worker_command)
+        self.worker_env = dict(worker_env or {})
+        self.run_dir = Path(run_dir).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.sbatch_options = tuple(sbatch_options)
+        self.poll_interval_s = poll_interval_s
+        self.release_resend_s = release_resend_s
+        self.release_timeout_s = release_timeout_s
+        self.backoff = backoff or Backoff()
+        self.commands = commands or SlurmCommands()
+        self.on_submitted = on_submitted
+        self._uid = os.getuid()
+        self._known: set[str] = set()
+        self._active: dict[str, None] = {}  # an ordered set: updates come in submission order
+        self._records: dict[str, JobRecord] = {}
+        self._releases: dict[str, _Release] = {}
+        self._submitting: set[tuple[str, str]] = set()
+        self._updates: asyncio.Queue[JobInfo | None] = asyncio.Queue()
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- the protocol ------------------------------------------------------------------
+
+    async def submit(self, request: PilotRequest) -> str:
+        args = sbatch_arguments(request, self.run_dir, self.sbatch_options)
+        script = batch_script(request.name, self.worker_command, self.worker_env)
+        key = (request.name, request.comment)
+        if key in self._submitting:
+            raise SubmitError(f"pilot {request.name!r} is being submitted already", "--job-name")
+        self._submitting.add(key)
+        try:
+            job_id = await self._submit(request, args, script)
+        finally:
+            self._submitting.discard(key)
+        self._known.add(job_id)  # before the hook awaits: no other submission may claim it
+        if self.on_submitted is not None:
+            await self.on_submitted(request, job_id)
+        self.track(job_id)
+        return job_id
+
+    async def cancel(self, job_id: str) -> None:
+        await self._retrying(f"cancel job {job_id}", lambda: self._scancel(job_id))
+
+    async def release(self, job_id: str) -> None:
+        record = await self._current(job_id)
+        if record.state is JobState.PENDING:
+            await self._retrying(
+                f"cancel pending job {job_id}", lambda: self._scancel(job_id, "--state=PENDING")
+            )
+            record = await self._current(job_id)  # it may have started meanwhile
+        if record.state.finished:
+            return
+        await self._retrying(f"release job {job_id}", lambda: self._signal(job_id))
+        now = clock.now()
+        self._releases[job_id] = _Release(first=now, last=now)
+        self.track(job_id)
+
+    async def info(self, job_id: str) -> JobInfo:
+        return (await self._current(job_id)).info()
+
+    async def updates(self) -> AsyncIterator[JobInfo]:
+        while (info := await self._updates.get()) is not None:
+            yield info
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+        self._updates.put_nowait(None)
+
+    # -- beyond the protocol: re-attaching after a restart -------------------------------
+
+    def track(self, job_id: str) -> None:
+        """Report this job's changes in :meth:`updates` (e.g. a live pilot after a resume)."""
+        self._known.add(job_id)
+        if job_id in self._records and self._records[job_id].state.finished:
+            return
+        self._active[job_id] = None
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
+
+    async def find(self, name: str, comment: str = "") -> list[str]:
+        """Ids of this user's jobs named ``name`` with ``comment`` that slurmctld still knows,
+        oldest first: finds a pilot submitted by a manager that died before storing its id."""
+        records = await self._retrying("list jobs", self._squeue)
+        return [r.job_id for r in self._matching(records, name, comment)]
+
+    # -- submission ----------------------------------------------------------------------
+
+    async def _submit(self, request: PilotRequest, args: list[str], script: str) -> str:
+        since = clock.epoch_now() - _CLOCK_SLACK_S
+        answer_lost = False
+
+        async def attempt() -> str:
+            nonlocal answer_lost
+            if answer_lost:
+                found = await self._find_lost(request, since)
+                if found is not None:
+                    return found
+            answer_lost = True
+            try:
+                out = await self._run(self.commands.sbatch, *args, stdin=script)
+            except _CommandFailed as e:
+                raise rejection(str(e), args) from None
+            return _parsable_job_id(out)
+
+        return await self._retrying(f"submit {request.name}", attempt)
+
+    async def _find_lost(self, request: PilotRequest, since: float) -> str | None:
+        """The job a lost sbatch answer submitted, if it did; duplicates are cancelled."""
+        matches = [
+            r
+            for r in self._matching(await self._squeue(), request.name, request.comment)
+            if r.job_id not in self._known and (r.submit_time or 0) >= since
+        ]
+        if not matches:
+            return None
+        kept, *extra = matches
+        log.warning("sbatch's answer for %s was lost; found job %s", request.name, kept.job_id)
+        for duplicate in extra:
+            log.warning("cancelling duplicate job %s of %s", duplicate.job_id, request.name)
+            await self._scancel(duplicate.job_id)
+        return kept.job_id
+
+    def _matching(
+        self, records: Mapping[str, JobRecord], name: str, comment: str
+    ) -> list[JobRecord]:
+        found = [
+            r
+            for r in records.values()
+            if r.name == name and r.comment == comment and r.user_id == self._uid
+        ]
+        return sorted(found, key=lambda r: int(r.job_id))
+
+    # -- tracking ------------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        failing = False
+        while self._active:
+            try:
+                await self._poll()
+            except (SlurmError, SlurmOutputError) as e:
+                if not failing:
+                    interval = self.poll_interval_s
+                    log.warning("polling Slurm failed (retrying every %g s): %s", interval, e)
+                failing = True
+            except Exception:
+                log.exception("polling Slurm failed unexpectedly; polling goes on")
+            else:
+                if failing:
+                    log.info("polling Slurm works again")
+                failing = False
+            await clock.sleep(self.poll_interval_s)
+        self._poller = None
+
+    async def _poll(self) -> None:
+        records = await self._squeue()
+        for job_id in list(self._active):
+            record = records.get(job_id) or await self._scontrol(job_id)
+            if record is None:
+                last = self._records.get(job_id, JobRecord(job_id, JobState.PENDING))
+                record = last.vanished()
+            self._observe(record)
+        await self._follow_releases()
+
+    def _observe(self, record: JobRecord) -> None:
+        if record.job_id not in self._active or self._records.get(record.job_id) == record:
+            return
+        self._records[record.job_id] = record
+        self._updates.put_nowait(record.info())
+        if record.state.finished:
+            self._active.pop(record.job_id, None)
+            self._releases.pop(record.job_id, None)
+
+    async def _follow_releases(self) -> None:
+        now = clock.now()
+        for job_id, release in list(self._releases.items()):
+            record = self._records.get(job_id)
+            if record is None or record.state is not JobState.RUNNING:
+                continue
+            if now - release.first >= self.release_timeout_s:
+                log.warning(
+                    "job %s ignored its release for %.0f s: cancelling it",
+                    job_id,
+                    now - release.first,
+                )
+                await self._scancel(job_id)
+                del self._releases[job_id]
+            elif now - release.last >= self.release_resend_s:
+                await self._signal(job_id)
+                release.last = now
+
+    async def _current(self, job_id: str) -> JobRecord:
+        async def lookup() -> JobRecord | None:
+            return (await self._squeue()).get(job_id) or await self._scontrol(job_id)
+
+        record = await self._retrying(f"state of job {job_id}", lookup)
+        if record is None:
+            raise LookupError(f"Slurm knows no job {job_id}")
+        self._observe(record)
+        return record
+
+    # -- the commands ----------------------------------------------------------------------
+
+    async def _squeue(self) -> dict[str, JobRecord]:
+        out = await self._run(self.commands.squeue, "--json")
+        try:
+            return parse_squeue_json(out)
+        except SlurmReportedError as e:
+            raise _Transient(str(e)) from None
+
+    async def _scontrol(self, job_id: str) -> JobRecord | None:
+        try:
+            out = await self._run(self.commands.scontrol, "show", "job", "-o", job_id)
+        except _CommandFailed as e:
+            if "invalid job id" in str(e).lower():
+                return None
+            raise
+        return parse_scontrol(out.strip().splitlines()[0])
+
+    async def _scancel(self, job_id: str, *options: str) -> None:
+        try:
+            await self._run(self.commands.scancel, *options, job_id)
+        except _CommandFailed as e:
+            message = str(e).lower()
+            if "invalid job id" in message:
+                raise LookupError(f"Slurm knows no job {job_id}") from None
+            if "already completing or completed" not in message:
+                raise
+
+    async def _signal(self, job_id: str) -> None:
+        # Without --full/--batch the signal reaches the job's steps (the workers), not the
+        # batch shell; and srun would turn a SIGTERM of its own into a SIGKILL of its tasks.
+        await self._scancel(job_id, "--signal=TERM")
+
+    async def _run(self, program: str, *args: str, stdin: str | None = None) -> str:
+        """Run one command: its stdout, or :class:`_Transient` or :class:`_CommandFailed`."""
+        what = shlex.join([program, *args[:3]])
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                program,
+                *args,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as e:
+            raise SlurmUnavailable(f"cannot run {program}: {e}") from None
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(None if stdin is None else stdin.encode()),
+                self.commands.timeout_s,
+            )
+        except TimeoutError:
+            limit = self.commands.timeout_s
+            raise _Transient(f"{what} did not answer within {limit:g} s") from None
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        message = err.decode(errors="replace").strip()
+        if proc.returncode == 0:
+            return out.decode()
+        if proc.returncode < 0 or _TRANSIENT.search(message):
+            raise _Transient(message or f"{what} was killed by signal {-proc.returncode}")
+        raise _CommandFailed(message or f"{what} exited with status {proc.returncode}")
+
+    async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        delay = self.backoff.first_s
+        give_up = clock.now() + self.backoff.give_up_s
+        while True:
+            try:
+                return await attempt()
+            except _Transient as e:
+                if clock.now() + delay > give_up:
+                    raise SlurmUnavailable(
+                        f"{what}: Slurm did not answer for {self.backoff.give_up_s:g} s: {e}"
+                    ) from None
+                log.warning("%s: %s (retrying in %g s)", what, e, delay)
+                await clock.sleep(delay)
+                delay = min(2 * delay, self.backoff.max_s)
+
+
+def _parsable_job_id(out: str) -> str:
+    """The id in ``sbatch --parsable`` output (``<id>`` or ``<id>;<cluster>``)."""
+    job_id = out.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SlurmOutputError(f"sbatch --parsable printed {out.strip()!r}, not a job id")
+    return job_id

@@ -1,0 +1,227 @@
+"""What Slurm says about jobs: ``squeue --json`` and ``scontrol show job -o`` read into records.
+
+Records keep Slurm's Unix times, so that two polls of an unchanged job compare equal;
+:meth:`JobRecord.info` converts them to the loop's clock when a change is reported.
+Parsed against Slurm 22.05 (openapi v0.0.38); numbers given as ``{"set", "number"}``
+objects and states given as lists, as later releases print them, are read too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from backends.base import JobInfo, JobState, NodeShare
+from orchestrator import clock
+
+# Every state string Slurm prints (base states and the flags that replace them), mapped onto
+# the protocol's states. A job that still holds its nodes counts as RUNNING.
+_STATES = {
+    "PENDING": JobState.PENDING,
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "CONFIGURING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "PREEMPTED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "BOOT_FAIL": JobState.NODE_FAIL,
+}
+
+
+class SlurmOutputError(Exception):
+    """A Slurm command printed something this module cannot read."""
+
+
+class SlurmReportedError(SlurmOutputError):
+    """``squeue --json`` reported a failure inside its output (e.g. no controller)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job as Slurm reported it; times are Unix seconds, None when not (yet) known."""
+
+    job_id: str
+    state: JobState
+    reason: str = ""
+    name: str = ""
+    comment: str = ""
+    user_id: int | None = None
+    submit_time: float | None = None
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    nodes: tuple[NodeShare, ...] = ()
+
+    def info(self) -> JobInfo:
+        """The protocol's view, with times on the running loop's clock."""
+        offset = clock.from_epoch(0.0)  # one reading, so that differences stay exact
+
+        def loop_time(t: float | None) -> float | None:
+            return None if t is None else t + offset
+
+        return JobInfo(
+            job_id=self.job_id,
+            state=self.state,
+            reason=self.reason,
+            submit_time=loop_time(self.submit_time),
+            eligible_time=loop_time(self.eligible_time),
+            start_time=loop_time(self.start_time),
+            end_time=loop_time(self.end_time),
+            nodes=self.nodes,
+        )
+
+    def vanished(self) -> JobRecord:
+        """This job after slurmctld forgot it before we saw it end: its outcome is unknown."""
+        return replace(self, state=JobState.FAILED, reason="NotFound", nodes=())
+
+
+def job_state(name: str) -> JobState:
+    try:
+        return _STATES[name]
+    except KeyError:
+        raise SlurmOutputError(f"unknown Slurm job state {name!r}") from None
+
+
+def parse_squeue_json(text: str) -> dict[str, JobRecord]:
+    """All jobs in ``squeue --json`` output, by job id.
+
+    Slurm 22.05 prints an empty job list and exit status 0 when the controller does not
+    answer, with the failure only in ``errors``: that raises :class:`SlurmOutputError`.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SlurmOutputError(f"squeue --json printed no JSON: {e}") from None
+    if data.get("errors"):
+        messages = "; ".join(
+            str(e.get("description") or e.get("error") or e) for e in data["errors"]
+        )
+        raise SlurmReportedError(f"squeue --json reported: {messages}")
+    records = (_from_json(job) for job in data.get("jobs", ()))
+    return {r.job_id: r for r in records}
+
+
+def _from_json(job: Mapping[str, Any]) -> JobRecord:
+    state = job_state(_first(job["job_state"]))
+    # Pending jobs carry an estimated start, running ones their time-limit end, and a job
+    # cancelled while pending its cancel time as start: only a job that got nodes started.
+    started = bool(job.get("batch_host") or job.get("job_resources"))
+    reason = job.get("state_reason") or ""
+    return JobRecord(
+        job_id=str(job["job_id"]),
+        state=state,
+        reason="" if reason == "None" else reason,
+        name=job.get("name") or "",
+        comment=job.get("comment") or "",
+        user_id=_number(job.get("user_id")),
+        submit_time=_time(job.get("submit_time")),
+        eligible_time=_time(job.get("eligible_time")),
+        start_time=_time(job.get("start_time")) if started else None,
+        end_time=_time(job.get("end_time")) if state.finished else None,
+        nodes=_json_nodes(job) if state is JobState.RUNNING else (),
+    )
+
+
+def _json_nodes(job: Mapping[str, Any]) -> tuple[NodeShare, ...]:
+    """Per-node cores and memory from 22.05's ``job_resources.allocated_nodes``.
+
+    That lists allocated cores per socket; the job's CPUs per allocated core (threads)
+    turns them into CPUs, the unit ``--cpus-per-task`` counts in.
+    """
+    resources = job.get("job_resources") or {}
+    allocated = resources.get("allocated_nodes")
+    if not isinstance(allocated, list):
+        return ()
+    total_cores = _number(resources.get("allocated_cores")) or 0
+    cpus = _number(job.get("cpus")) or 0
+    threads = max(1, cpus // total_cores) if total_cores else 1
+    shares = []
+    for node in allocated:
+        cores = sum(
+            status.startswith("allocated")  # "allocated" or "allocated_and_in_use"
+            for socket in (node.get("sockets") or {}).values()
+            for status in (socket.get("cores") or {}).values()
+        )
+        shares.append(
+            NodeShare(
+                node=node["nodename"],
+                cores=cores * threads,
+                memory_mb=_number(node.get("memory_allocated")) or 0,
+            )
+        )
+    return tuple(shares)
+
+
+def _first(value: Any) -> str:
+    """A state given as a string, or as a list of state and flags."""
+    return value[0] if isinstance(value, list) else value
+
+
+def _number(value: Any) -> int | None:
+    """A plain number, or a ``{"set": ..., "number": ...}`` object."""
+    if isinstance(value, Mapping):
+        return value.get("number") if value.get("set") else None
+    return value
+
+
+def _time(value: Any) -> float | None:
+    t = _number(value)
+    return float(t) if t else None
+
+
+_SCONTROL_FIELD = re.compile(r"(?:^|\s)([A-Za-z]+)=(\S*)")
+_UNSET = {"", "None", "Unknown", "N/A", "(null)"}
+
+
+def parse_scontrol(line: str) -> JobRecord:
+    """One job from ``scontrol show job -o``: the fallback for jobs squeue no longer shows.
+
+    Its times are local wall-clock strings; nodes are not read (the job has ended when
+    this is needed).
+    """
+    fields: dict[str, str] = {}
+    for key, value in _SCONTROL_FIELD.findall(line):
+        fields.setdefault(key, value)
+    if "JobId" not in fields or "JobState" not in fields:
+        raise SlurmOutputError(f"scontrol show job printed no job: {line[:200]!r}")
+    state = job_state(fields["JobState"])
+    started = any(fields.get(key, "") not in _UNSET for key in ("BatchHost", "NodeList"))
+    reason = fields.get("Reason", "")
+    uid = re.search(r"\((\d+)\)", fields.get("UserId", ""))  # UserId=name(uid)
+    return JobRecord(
+        job_id=fields["JobId"],
+        state=state,
+        reason="" if reason == "None" else reason,
+        name=fields.get("JobName", ""),
+        user_id=int(uid.group(1)) if uid else None,
+        submit_time=_local_time(fields.get("SubmitTime", "")),
+        eligible_time=_local_time(fields.get("EligibleTime", "")),
+        start_time=_local_time(fields.get("StartTime", "")) if started else None,
+        end_time=_local_time(fields.get("EndTime", "")) if state.finished else None,
+    )
+
+
+def _local_time(text: str) -> float | None:
+    if text in _UNSET:
+        return None
+    return datetime.fromisoformat(text).timestamp()

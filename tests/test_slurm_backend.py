@@ -1,0 +1,354 @@
+"""SlurmBackend against the real single-node Slurm of ``scripts/slurm-local up``.
+
+Every test names its jobs with a fresh prefix and cancels whatever carries it at the end,
+pass or fail. The node declares 16 CPUs; background jobs take all of them to make pilots wait.
+"""
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from backends.base import Dependency, JobInfo, JobState, NodeShare, PilotRequest, SubmitError
+from backends.slurm import Backoff, SlurmBackend, SlurmCommands
+from backends.slurm_jobs import parse_scontrol, parse_squeue_json
+
+pytestmark = pytest.mark.slurm
+
+NODE_CPUS = 16
+# A worker: says which part of the node it holds, then waits to be released.
+SHARE = (
+    "import os; from backends.slurm_script import node_share_from_env as share; "
+    "print(share(os.environ))"
+)
+WORKER = [
+    "bash",
+    "-c",
+    f"trap 'echo released; exit 0' TERM; {sys.executable} -c '{SHARE}'; sleep 600 & wait",
+]
+
+
+def sh(*args: str) -> str:
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+class Jobs:
+    """Names for one test's jobs, every update the backend reports, and the cleanup."""
+
+    def __init__(self, backend: SlurmBackend) -> None:
+        self.backend = backend
+        self.prefix = f"ltt-{uuid.uuid4().hex[:8]}"
+        self.comment = f"test {self.prefix}"
+        self.seen: dict[str, list[JobInfo]] = {}
+        self._changed = asyncio.Condition()
+        self._reader = asyncio.create_task(self._read())
+
+    def request(self, suffix: str, cores: int = 2, **fields) -> PilotRequest:
+        fields.setdefault("time_limit_s", 300)
+        return PilotRequest(
+            name=f"{self.prefix}-{suffix}", cores=cores, comment=self.comment, **fields
+        )
+
+    def background(self, suffix: str, cpus: int, seconds: int) -> str:
+        """A plain ``sbatch --wrap`` job holding ``cpus`` CPUs for ``seconds``."""
+        out = sh(
+            "sbatch", "--parsable", f"--job-name={self.prefix}-{suffix}", "--output=/dev/null",
+            f"--ntasks={cpus}", "--mem-per-cpu=100", f"--wrap=sleep {seconds}",
+        )  # fmt: skip
+        return out.strip()
+
+    async def _read(self) -> None:
+        async for info in self.backend.updates():
+            async with self._changed:
+                self.seen.setdefault(info.job_id, []).append(info)
+                self._changed.notify_all()
+
+    async def until(
+        self, job_id: str, done: Callable[[JobInfo], bool], timeout: float = 30
+    ) -> JobInfo:
+        """The first update of ``job_id`` for which ``done`` holds."""
+
+        def found() -> JobInfo | None:
+            return next((i for i in self.seen.get(job_id, ()) if done(i)), None)
+
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(found), timeout)
+        info = found()
+        assert info is not None
+        return info
+
+    async def state(self, job_id: str, state: JobState, timeout: float = 30) -> JobInfo:
+        return await self.until(job_id, lambda i: i.state is state, timeout)
+
+    def queued(self) -> list[str]:
+        """Ids of this test's jobs that slurmctld lists as pending or running."""
+        lines = sh("squeue", "--noheader", "--format=%i %j %T").splitlines()
+        return [
+            job_id
+            for job_id, name, state in (line.split() for line in lines)
+            if name.startswith(self.prefix) and state in ("PENDING", "RUNNING", "COMPLETING")
+        ]
+
+    async def close(self) -> None:
+        await self.backend.close()
+        await self._reader
+        ids = self.queued()
+        if ids:
+            subprocess.run(["scancel", *ids], check=False, timeout=60)
+
+
+@pytest.fixture
+async def jobs(tmp_path: Path):
+    backend = SlurmBackend(
+        WORKER,
+        tmp_path / "run",
+        poll_interval_s=0.5,
+        release_resend_s=2,
+        backoff=Backoff(first_s=1, max_s=4, give_up_s=120),
+        commands=SlurmCommands(timeout_s=30),
+    )
+    jobs = Jobs(backend)
+    yield jobs
+    await jobs.close()
+
+
+def output(jobs: Jobs, name: str, job_id: str) -> str:
+    path = jobs.backend.run_dir / f"{name}-{job_id}.out"
+    return path.read_text() if path.exists() else ""
+
+
+async def output_shows(jobs: Jobs, name: str, job_id: str, text: str, timeout: float = 10) -> bool:
+    for _ in range(int(timeout / 0.2)):
+        if text in output(jobs, name, job_id):
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def test_pilot_runs_one_worker_and_release_completes_it(jobs):
+    request = jobs.request("pilot", cores=3, memory_mb=1500)
+    job_id = await jobs.backend.submit(request)
+
+    running = await jobs.state(job_id, JobState.RUNNING)
+    host = running.nodes[0].node
+    assert running.nodes == (NodeShare(host, cores=3, memory_mb=1500),)
+    assert running.submit_time <= running.eligible_time <= running.start_time
+    assert 0 <= running.wait < 10
+    share = f"NodeShare(node='{host}', cores=3, memory_mb=1500)"
+    assert await output_shows(jobs, request.name, job_id, share)
+
+    await jobs.backend.release(job_id)
+    done = await jobs.state(job_id, JobState.COMPLETED)
+    assert done.start_time == pytest.approx(running.start_time, abs=0.01)
+    assert done.end_time >= done.start_time
+    assert done.nodes == ()
+    assert await output_shows(jobs, request.name, job_id, "released")
+    assert (await jobs.backend.info(job_id)).state is JobState.COMPLETED
+
+
+async def test_dependent_pilot_waits_for_release_then_starts(jobs):
+    first = await jobs.backend.submit(jobs.request("first", cores=4, nodes=1))
+    second = await jobs.backend.submit(
+        jobs.request("second", cores=2, nodes=1, dependency=Dependency("afterok", (first,)))
+    )
+    await jobs.state(first, JobState.RUNNING)
+    waiting = await jobs.until(second, lambda i: i.reason == "Dependency")
+    assert waiting.state is JobState.PENDING
+    assert waiting.eligible_time is None and waiting.start_time is None
+
+    await jobs.backend.release(first)
+    ended = await jobs.state(first, JobState.COMPLETED)
+    started = await jobs.state(second, JobState.RUNNING)
+    assert started.eligible_time >= ended.end_time - 1  # Slurm's times are whole seconds
+    assert 0 <= started.wait < 10
+    assert started.nodes[0].cores == 2
+    await jobs.backend.release(second)
+    await jobs.state(second, JobState.COMPLETED)
+
+
+async def test_pilot_waits_behind_background_jobs(jobs):
+    jobs.background("load", cpus=NODE_CPUS, seconds=6)
+    await asyncio.sleep(1)
+    pilot = await jobs.backend.submit(jobs.request("pilot", cores=2))
+
+    pending = await jobs.until(pilot, lambda i: i.reason in ("Resources", "Priority"))
+    assert pending.state is JobState.PENDING and pending.eligible_time is not None
+    running = await jobs.state(pilot, JobState.RUNNING)
+    assert 3 <= running.wait <= 10
+    await jobs.backend.release(pilot)
+    await jobs.state(pilot, JobState.COMPLETED)
+
+
+async def test_cancel_pending_and_running(jobs):
+    running = await jobs.backend.submit(jobs.request("running"))
+    pending = await jobs.backend.submit(
+        jobs.request("pending", dependency=Dependency("afterok", (running,)))
+    )
+    await jobs.state(running, JobState.RUNNING)
+    await jobs.backend.cancel(pending)
+    await jobs.backend.cancel(running)
+
+    never_ran = await jobs.state(pending, JobState.CANCELLED)
+    assert never_ran.start_time is None
+    ran = await jobs.state(running, JobState.CANCELLED)
+    assert ran.start_time is not None and ran.end_time >= ran.start_time
+    assert jobs.queued() == []
+
+
+async def test_release_of_pending_pilot_cancels_it(jobs):
+    jobs.background("load", cpus=NODE_CPUS, seconds=30)
+    pilot = await jobs.backend.submit(jobs.request("pilot"))
+    await jobs.state(pilot, JobState.PENDING)
+    await jobs.backend.release(pilot)
+    assert (await jobs.state(pilot, JobState.CANCELLED)).start_time is None
+
+
+async def test_worker_without_term_handler_still_ends_completed(jobs, tmp_path):
+    backend = SlurmBackend(["sleep", "600"], tmp_path / "bare", poll_interval_s=0.5)
+    job_id = await backend.submit(jobs.request("bare"))
+    try:
+        await asyncio.sleep(2)
+        assert (await backend.info(job_id)).state is JobState.RUNNING
+        await backend.release(job_id)
+        for _ in range(40):
+            if (info := await backend.info(job_id)).state.finished:
+                break
+            await asyncio.sleep(0.5)
+        assert info.state is JobState.COMPLETED
+    finally:
+        await backend.close()
+
+
+async def test_lost_release_signal_is_sent_again(jobs, tmp_path):
+    """A release signal sent before the job step exists is lost; the backend repeats it."""
+    calls = tmp_path / "scancel-calls"
+    drop_first_signal = tmp_path / "scancel"
+    drop_first_signal.write_text(
+        "#!/bin/bash\n"
+        f'echo "$*" >> {calls}\n'
+        f"if [[ $1 == --signal=* && $(grep -c -- --signal {calls}) == 1 ]]; then exit 0; fi\n"
+        'exec scancel "$@"\n'
+    )
+    drop_first_signal.chmod(0o755)
+    backend = jobs.backend
+    backend.commands = SlurmCommands(scancel=str(drop_first_signal))
+    job_id = await backend.submit(jobs.request("pilot"))
+    await jobs.state(job_id, JobState.RUNNING)
+    await backend.release(job_id)
+    await jobs.state(job_id, JobState.COMPLETED, timeout=20)
+    assert calls.read_text().count("--signal=TERM") == 2
+
+
+async def test_release_ignored_by_worker_ends_in_cancel(jobs, tmp_path):
+    stubborn = ["bash", "-c", "trap '' TERM; sleep 600"]
+    backend = SlurmBackend(
+        stubborn, tmp_path / "stubborn", poll_interval_s=0.5, release_resend_s=1,
+        release_timeout_s=3,
+    )  # fmt: skip
+    job_id = await backend.submit(jobs.request("stubborn"))
+    try:
+        for _ in range(20):
+            if (await backend.info(job_id)).state is JobState.RUNNING:
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(1)
+        await backend.release(job_id)
+        await asyncio.sleep(2)
+        assert (await backend.info(job_id)).state is JobState.RUNNING
+        final = None
+        async for info in backend.updates():
+            if info.state.finished:
+                final = info
+                break
+        assert final is not None and final.state is JobState.CANCELLED
+    finally:
+        await backend.close()
+
+
+async def test_invalid_partition_is_rejected_and_nothing_queued(jobs):
+    with pytest.raises(SubmitError) as rejected:
+        await jobs.backend.submit(jobs.request("bad", partition="no-such-partition"))
+    assert rejected.value.option == "--partition"
+    assert "invalid partition" in str(rejected.value).lower()
+    assert await jobs.backend.find(f"{jobs.prefix}-bad", jobs.comment) == []
+
+
+async def test_unrecognized_extra_option_is_named(jobs):
+    with pytest.raises(SubmitError) as rejected:
+        await jobs.backend.submit(jobs.request("bad", extra=("--frobnicate=3",)))
+    assert rejected.value.option == "--frobnicate"
+    assert "unrecognized option" in str(rejected.value)
+
+
+async def test_time_limit_beyond_partition_maximum_is_rejected(jobs):
+    with pytest.raises(SubmitError) as rejected:
+        await jobs.backend.submit(jobs.request("long", partition="short", time_limit_s=7200))
+    assert rejected.value.option == "--time"
+
+
+async def test_scontrol_fallback_reads_what_squeue_reads(jobs):
+    job_id = await jobs.backend.submit(jobs.request("pilot"))
+    await jobs.state(job_id, JobState.RUNNING)
+    await jobs.backend.release(job_id)
+    await jobs.state(job_id, JobState.COMPLETED)
+
+    from_squeue = parse_squeue_json(sh("squeue", "--json"))[job_id]
+    from_scontrol = parse_scontrol(sh("scontrol", "show", "job", "-o", job_id))
+    assert from_scontrol.state is from_squeue.state is JobState.COMPLETED
+    assert from_scontrol.name == from_squeue.name
+    assert from_scontrol.user_id == from_squeue.user_id == os.getuid()
+    for field in ("submit_time", "eligible_time", "start_time", "end_time"):
+        assert getattr(from_scontrol, field) == getattr(from_squeue, field), field
+
+
+async def test_controller_outage_is_waited_out_without_duplicates(jobs, caplog, slurm_local):
+    tracked = await jobs.backend.submit(jobs.request("tracked"))
+    await jobs.state(tracked, JobState.RUNNING)
+    caplog.set_level(logging.WARNING, logger="backends.slurm")
+    sh(slurm_local, "stop-ctld")
+    try:
+        submission = asyncio.create_task(jobs.backend.submit(jobs.request("during")))
+        await asyncio.sleep(30)
+        assert not submission.done()
+    finally:
+        sh(slurm_local, "start-ctld")
+    job_id = await asyncio.wait_for(submission, 60)
+
+    assert "Unable to contact slurm controller" in caplog.text
+    assert await jobs.backend.find(f"{jobs.prefix}-during", jobs.comment) == [job_id]
+    await jobs.state(job_id, JobState.RUNNING)
+    await jobs.backend.release(tracked)  # polling went on through the outage
+    await jobs.state(tracked, JobState.COMPLETED)
+    await jobs.backend.release(job_id)
+    await jobs.state(job_id, JobState.COMPLETED)
+
+
+@pytest.mark.parametrize("loss", ["error", "hang"])
+async def test_lost_sbatch_answer_is_found_again_by_name(jobs, tmp_path, loss):
+    """sbatch submits but its answer never arrives: an error exit, or no exit in time."""
+    calls = tmp_path / "sbatch-calls"
+    lose_answer = {
+        "error": 'echo "sbatch: error: Socket timed out on send/recv operation" >&2; exit 1',
+        "hang": "exec sleep 60",
+    }[loss]
+    wrapper = tmp_path / "sbatch"
+    wrapper.write_text(
+        f'#!/bin/bash\necho call >> {calls}\nsbatch "$@" > /dev/null || exit\n{lose_answer}\n'
+    )
+    wrapper.chmod(0o755)
+    jobs.backend.commands = SlurmCommands(sbatch=str(wrapper), timeout_s=3)
+    request = jobs.request("lost")
+
+    job_id = await jobs.backend.submit(request)
+
+    assert calls.read_text().count("call") == 1
+    assert await jobs.backend.find(request.name, request.comment) == [job_id]
+    await jobs.state(job_id, JobState.RUNNING)
+    await jobs.backend.release(job_id)
+    await jobs.state(job_id, JobState.COMPLETED)

@@ -1,0 +1,360 @@
+"""What the Slurm backend writes for and reads from Slurm, checked without a cluster.
+
+The samples are Slurm 22.05.8's own output (``squeue --json``, ``scontrol show job -o``,
+sbatch's messages), captured on the local cluster and trimmed to the fields read.
+"""
+
+import json
+import os
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from backends.base import Dependency, JobState, NodeShare, PilotRequest, SubmitError
+from backends.slurm_jobs import (
+    SlurmOutputError,
+    SlurmReportedError,
+    parse_scontrol,
+    parse_squeue_json,
+)
+from backends.slurm_script import batch_script, node_share_from_env, rejection, sbatch_arguments
+from orchestrator import clock
+
+RUN_DIR = Path("/runs/r1")
+
+CORES = {str(i): "allocated" for i in range(16)}
+SQUEUE = {
+    "meta": {"Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}},
+    "errors": [],
+    "jobs": [
+        {"job_id": 82, "name": "cap-run", "comment": "run-1", "user_id": 0,
+         "job_state": "RUNNING", "state_reason": "None", "submit_time": 1795316123,
+         "eligible_time": 1795316123, "start_time": 1795316124, "end_time": 1826852124,
+         "batch_host": "vm", "cpus": 16,
+         "job_resources": {"nodes": "vm", "allocated_cores": 16, "allocated_hosts": 1,
+                           "allocated_nodes": [{"sockets": {"0": {"cores": CORES}},
+                                                "nodename": "vm", "cpus_used": 0,
+                                                "memory_used": 0, "memory_allocated": 16000}]}},
+        {"job_id": 83, "name": "cap-dep", "comment": "", "user_id": 0, "job_state": "PENDING",
+         "state_reason": "Dependency", "submit_time": 1795316124, "eligible_time": 0,
+         "start_time": 0, "end_time": 0, "batch_host": "", "cpus": 2},
+        {"job_id": 84, "name": "cap-res", "comment": "", "user_id": 0, "job_state": "PENDING",
+         "state_reason": "Resources", "submit_time": 1795316124, "eligible_time": 1795316124,
+         "start_time": 1826852124, "end_time": 6121819360, "batch_host": "", "cpus": 2},
+        {"job_id": 85, "name": "cap-cancel", "comment": "", "user_id": 0,
+         "job_state": "CANCELLED", "state_reason": "Priority", "submit_time": 1795316124,
+         "eligible_time": 1795316124, "start_time": 1795316125, "end_time": 1795316125,
+         "batch_host": "", "cpus": 2},
+    ],
+}  # fmt: skip
+
+SCONTROL_RUNNING = (
+    "JobId=82 JobName=cap-run UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901678 "
+    "Nice=0 Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 "
+    "Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:02 TimeLimit=UNLIMITED "
+    "TimeMin=N/A SubmitTime=2026-11-22T02:55:23 EligibleTime=2026-11-22T02:55:23 "
+    "AccrueTime=2026-11-22T02:55:23 StartTime=2026-11-22T02:55:24 EndTime=Unknown Deadline=N/A "
+    "SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-22T02:55:24 Scheduler=Main "
+    "Partition=debug AllocNode:Sid=localhost:4878 ReqNodeList=(null) ExcNodeList=(null) "
+    "NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=16 NumTasks=16 CPUs/Task=1 "
+    "ReqB:S:C:T=0:0:*:* TRES=cpu=16,mem=16000M,node=1,billing=16 Comment=run-1  StdErr=/dev/null"
+)
+SCONTROL_DEPENDENT = (
+    "JobId=83 JobName=cap-dep UserId=root(0) GroupId=root(0) JobState=PENDING Reason=Dependency "
+    "Dependency=afterok:82(unfulfilled) SubmitTime=2026-11-22T02:55:24 EligibleTime=Unknown "
+    "AccrueTime=Unknown StartTime=Unknown EndTime=Unknown Partition=debug NodeList= NumNodes=1-1"
+)
+SCONTROL_CANCELLED_PENDING = (
+    "JobId=85 JobName=cap-cancel UserId=root(0) GroupId=root(0) JobState=CANCELLED "
+    "Reason=Priority SubmitTime=2026-11-22T02:55:24 EligibleTime=2026-11-22T02:55:24 "
+    "StartTime=2026-11-22T02:55:25 EndTime=2026-11-22T02:55:25 Partition=debug NodeList= "
+)
+
+
+def local(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+# -- sbatch's command line -------------------------------------------------------------
+
+
+def test_pinned_nodes_split_cores_and_memory_per_node():
+    request = PilotRequest(
+        name="wf-stage1",
+        cores=8,
+        nodes=2,
+        memory_mb=3001,
+        time_limit_s=3601,
+        partition="debug",
+        account="proj",
+        qos="high",
+        dependency=Dependency("afterok", ("11", "12")),
+        comment="run 7",
+        extra=("--exclusive",),
+    )
+    assert sbatch_arguments(request, RUN_DIR, ["--reservation=r"]) == [
+        "--parsable",
+        "--job-name=wf-stage1",
+        "--output=/runs/r1/wf-stage1-%j.out",
+        "--no-requeue",
+        "--time=61",
+        "--comment=run 7",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=4",
+        "--mem=1501",
+        "--partition=debug",
+        "--account=proj",
+        "--qos=high",
+        "--dependency=afterok:11:12",
+        "--reservation=r",
+        "--exclusive",
+    ]
+
+
+def test_unpinned_cores_are_tasks_with_memory_per_cpu():
+    request = PilotRequest(name="p", cores=6, memory_mb=1000, time_limit_s=30)
+    args = sbatch_arguments(request, RUN_DIR)
+    assert args[4] == "--time=1"
+    assert args[5:] == ["--ntasks=6", "--cpus-per-task=1", "--mem-per-cpu=167"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "option"),
+    [
+        ({"name": "a b"}, "--job-name"),
+        ({"name": "../x"}, "--job-name"),
+        ({"cores": 0}, "--ntasks"),
+        ({"time_limit_s": 0}, "--time"),
+        ({"nodes": 0}, "--nodes"),
+        ({"cores": 5, "nodes": 2}, "--cpus-per-task"),
+    ],
+)
+def test_requests_sbatch_would_misread_are_refused(fields, option):
+    request = PilotRequest(**{"name": "p", "cores": 4, "time_limit_s": 60, **fields})
+    with pytest.raises(SubmitError) as refused:
+        sbatch_arguments(request, RUN_DIR)
+    assert refused.value.option == option
+
+
+# -- the batch script ---------------------------------------------------------------
+
+
+def run_script(tmp_path: Path, srun_status: int) -> tuple[int, list[str]]:
+    """Run the batch script with a stand-in srun that records its arguments."""
+    record = tmp_path / "srun-args"
+    (tmp_path / "srun").write_text(
+        f'#!/bin/bash\nprintf "%s\\n" "$@" > {record}\necho "W=$W" >> {record}\n'
+        f"exit {srun_status}\n"
+    )
+    (tmp_path / "srun").chmod(0o755)
+    script = batch_script("p", ["worker", "--manager", "h:1", "it's two words"], {"W": "a b'c"})
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_NUM_NODES": "3"}
+    done = subprocess.run(["bash", "-c", script], env=env, check=False)
+    return done.returncode, record.read_text().splitlines()
+
+
+def test_script_starts_one_whole_node_worker_per_node(tmp_path):
+    status, args = run_script(tmp_path, 0)
+    assert status == 0
+    assert args == [
+        "--nodes=3",
+        "--ntasks=3",
+        "--ntasks-per-node=1",
+        "--whole",
+        "worker",
+        "--manager",
+        "h:1",
+        "it's two words",
+        "W=a b'c",
+    ]
+
+
+@pytest.mark.parametrize(("srun_status", "exit_status"), [(0, 0), (143, 0), (1, 1), (137, 137)])
+def test_script_counts_a_worker_killed_by_sigterm_as_released(tmp_path, srun_status, exit_status):
+    assert run_script(tmp_path, srun_status)[0] == exit_status
+
+
+# -- sbatch's rejections -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stderr", "args", "option"),
+    [
+        (
+            "sbatch: error: invalid partition specified: nosuch\n"
+            "sbatch: error: Batch job submission failed: Invalid partition name specified",
+            [],
+            "--partition",
+        ),
+        ("sbatch: unrecognized option '--foo=bar'\nTry \"sbatch --help\"", [], "--foo"),
+        ("sbatch: invalid option -- 'Z'", [], "-Z"),
+        ("sbatch: error: Batch job submission failed: Job dependency problem", [], "--dependency"),
+        ("sbatch: error: Invalid --time specification", [], "--time"),
+        (
+            "sbatch: error: Batch job submission failed: Requested time limit is invalid "
+            "(missing or exceeds some limit)",
+            [],
+            "--time",
+        ),
+        (
+            "sbatch: error: Memory specification can not be satisfied",
+            ["--ntasks=4", "--mem-per-cpu=99999"],
+            "--mem-per-cpu",
+        ),
+        (
+            "sbatch: error: Batch job submission failed: More processors requested than permitted",
+            ["--ntasks=100", "--cpus-per-task=1"],
+            "--cpus-per-task",
+        ),
+        (
+            "sbatch: error: Batch job submission failed: Node count specification invalid",
+            [],
+            "--nodes",
+        ),
+        (
+            "sbatch: error: Batch job submission failed: Invalid account or "
+            "account/partition combination specified",
+            [],
+            "--account",
+        ),
+        ("sbatch: error: Batch job submission failed: Invalid qos specification", [], "--qos"),
+        ("sbatch: error: something new", [], None),
+    ],
+)
+def test_rejections_name_the_option(stderr, args, option):
+    error = rejection(stderr, args)
+    assert error.option == option
+    assert str(error) == stderr
+
+
+# -- squeue --json --------------------------------------------------------------------
+
+
+def test_squeue_json_states_times_and_nodes():
+    records = parse_squeue_json(json.dumps(SQUEUE))
+    running, dependent, queued, cancelled = (records[i] for i in ("82", "83", "84", "85"))
+
+    assert running.state is JobState.RUNNING and running.reason == ""
+    assert (running.name, running.comment, running.user_id) == ("cap-run", "run-1", 0)
+    assert (running.submit_time, running.eligible_time) == (1795316123, 1795316123)
+    assert running.start_time == 1795316124 and running.end_time is None
+    assert running.nodes == (NodeShare("vm", cores=16, memory_mb=16000),)
+
+    assert dependent.reason == "Dependency"
+    assert dependent.eligible_time is None and dependent.start_time is None
+
+    # A pending job's StartTime is the scheduler's estimate, not a start.
+    assert queued.reason == "Resources" and queued.start_time is None
+    assert queued.end_time is None and queued.nodes == ()
+
+    # Cancelled while pending: Slurm sets StartTime to the cancel time.
+    assert cancelled.state is JobState.CANCELLED and cancelled.start_time is None
+    assert cancelled.end_time == 1795316125
+
+
+def test_squeue_json_counts_threads_of_allocated_cores():
+    job = {**SQUEUE["jobs"][0], "cpus": 2 * 17}  # two threads per core
+    job["job_resources"] = {
+        **job["job_resources"],
+        "allocated_nodes": [
+            {"sockets": {"0": {"cores": {"0": "allocated_and_in_use", "1": "allocated"}},
+                         "1": {"cores": {str(i): "allocated" for i in range(2, 16)}}},
+             "nodename": "n1", "memory_allocated": 100},
+            {"sockets": {"0": {"cores": {"3": "allocated"}}}, "nodename": "n2",
+             "memory_allocated": 50},
+        ],
+        "allocated_cores": 16 + 1,
+    }  # fmt: skip
+    records = parse_squeue_json(json.dumps({"errors": [], "jobs": [job]}))
+    assert records["82"].nodes == (
+        NodeShare("n1", cores=32, memory_mb=100),
+        NodeShare("n2", cores=2, memory_mb=50),
+    )
+
+
+def test_squeue_json_of_later_releases_numbers_and_state_lists():
+    job = {
+        "job_id": 9,
+        "job_state": ["COMPLETED"],
+        "state_reason": "None",
+        "submit_time": {"set": True, "infinite": False, "number": 100},
+        "eligible_time": {"set": True, "infinite": False, "number": 101},
+        "start_time": {"set": True, "infinite": False, "number": 103},
+        "end_time": {"set": True, "infinite": False, "number": 110},
+        "user_id": 5,
+        "batch_host": "n1",
+    }
+    record = parse_squeue_json(json.dumps({"jobs": [job]}))["9"]
+    assert record.state is JobState.COMPLETED
+    assert (record.eligible_time, record.start_time, record.end_time) == (101, 103, 110)
+
+
+def test_squeue_json_error_inside_output_is_reported():
+    # What 22.05 prints, with exit status 0, when slurmctld is down.
+    down = {
+        "errors": [
+            {
+                "description": "Failed while looking for jobs",
+                "error_number": -1,
+                "error": "Unspecified error",
+                "source": "slurm_load_jobs",
+            }
+        ],
+        "jobs": [],
+    }
+    with pytest.raises(SlurmReportedError, match="Failed while looking for jobs"):
+        parse_squeue_json(json.dumps(down))
+    with pytest.raises(SlurmOutputError):
+        parse_squeue_json("slurm_load_jobs error: Unable to contact slurm controller")
+    with pytest.raises(SlurmOutputError, match="unknown Slurm job state"):
+        parse_squeue_json(json.dumps({"jobs": [{"job_id": 1, "job_state": "DREAMING"}]}))
+
+
+async def test_record_times_move_to_the_loop_clock_together():
+    record = parse_squeue_json(json.dumps(SQUEUE))["82"]
+    info = record.info()
+    assert info.wait == 1.0  # exactly: one clock reading converts all the times
+    assert info.eligible_time == info.submit_time
+    assert abs(info.start_time - clock.from_epoch(1795316124)) < 0.01
+
+
+# -- scontrol show job -o -------------------------------------------------------------
+
+
+def test_scontrol_line_running_job():
+    record = parse_scontrol(SCONTROL_RUNNING)
+    assert (record.job_id, record.name, record.user_id) == ("82", "cap-run", 0)
+    assert record.state is JobState.RUNNING and record.reason == ""
+    assert record.submit_time == local("2026-11-22T02:55:23")
+    assert record.start_time == local("2026-11-22T02:55:24")
+    assert record.end_time is None
+
+
+def test_scontrol_line_pending_and_cancelled_pending_jobs():
+    dependent = parse_scontrol(SCONTROL_DEPENDENT)
+    assert dependent.reason == "Dependency"
+    assert dependent.eligible_time is None and dependent.start_time is None
+    cancelled = parse_scontrol(SCONTROL_CANCELLED_PENDING)
+    assert cancelled.state is JobState.CANCELLED
+    assert cancelled.start_time is None
+    assert cancelled.end_time == local("2026-11-22T02:55:25")
+
+
+def test_scontrol_without_a_job_is_an_error():
+    with pytest.raises(SlurmOutputError):
+        parse_scontrol("slurm_load_jobs error: Invalid job id specified")
+
+
+# -- what a worker learns from srun ---------------------------------------------------
+
+
+def test_node_share_from_srun_environment():
+    step = {"SLURMD_NODENAME": "n3", "SLURM_CPUS_ON_NODE": "4"}
+    assert node_share_from_env({**step, "SLURM_MEM_PER_NODE": "3000"}) == NodeShare("n3", 4, 3000)
+    assert node_share_from_env({**step, "SLURM_MEM_PER_CPU": "500"}) == NodeShare("n3", 4, 2000)
+    assert node_share_from_env(step) == NodeShare("n3", 4, 0)
+    with pytest.raises(ValueError, match="SLURM_CPUS_ON_NODE"):
+        node_share_from_env({"SLURMD_NODENAME": "n3"})
