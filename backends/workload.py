@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from backends.swf import SwfTrace, load_trace
+from workflows import quantity
 
 WEEK = 7 * 86400.0
 
@@ -40,6 +41,17 @@ class ClusterSpec:
     @property
     def total_cores(self) -> int:
         return self.nodes * self.cores_per_node
+
+    @classmethod
+    def parse(cls, text: str) -> ClusterSpec:
+        """``NODESxCORES`` or ``NODESxCORES:MEMORY`` per node, e.g. ``9x28:128G``."""
+        shape, _, memory = text.partition(":")
+        nodes, _, cores = shape.lower().partition("x")
+        try:
+            memory_mb = round(quantity.size_mb(memory)) if memory else None
+            return cls(int(nodes), int(cores), memory_mb)
+        except ValueError as e:
+            raise ValueError(f"cluster {text!r}: expected NODESxCORES[:MEMORY] ({e})") from None
 
     def node_names(self) -> list[str]:
         width = len(str(self.nodes))

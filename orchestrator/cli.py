@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from backends.base import SubmitError
+from backends.workload import ClusterSpec
 from orchestrator import clock
 from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
@@ -55,15 +56,52 @@ def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
     return value
 
 
+Trace = Annotated[
+    str | None, typer.Option(help="Mock background load: HPC2N, KTH, CTC or an SWF file.")
+]
+Load = Annotated[
+    float, typer.Option("--load", help="Mock synthetic utilisation without --trace (0: idle).")
+]
+TraceLoad = Annotated[float, typer.Option(help="Mock trace arrival-rate factor (1: as recorded).")]
+Cluster = Annotated[
+    str | None,
+    typer.Option(help="Mock cluster NODESxCORES[:MEMORY per node], e.g. 9x28:128G."),
+]
+Priority = Annotated[
+    str, typer.Option(help="Mock queue order: submit (FIFO, priority/basic) or eligible time.")
+]
+Offset = Annotated[float | None, typer.Option(help="Mock trace offset in seconds from its start.")]
+
+
 def _mock(
-    trace: str | None, load_: float, priority: str, offset: float | None, seed: int
+    trace: str | None,
+    load_: float,
+    trace_load: float,
+    cluster: str | None,
+    priority: str,
+    offset: float | None,
+    seed: int,
 ) -> MockOptions:
     if trace is not None and trace.upper() in TRACES:
         trace = trace.upper()
     elif trace is not None and not Path(trace).exists():
         fail(f"--trace {trace}: not one of {', '.join(TRACES)} and no such file")
     _choice(priority, ("submit", "eligible"), "priority")
-    return MockOptions(trace=trace, load=load_, priority=priority, offset=offset, seed=seed)
+    try:
+        spec = None if cluster is None else ClusterSpec.parse(cluster)
+    except ValueError as e:
+        fail(f"--cluster: {e}")
+    if trace_load <= 0:
+        fail("--trace-load must be positive")
+    return MockOptions(
+        trace=trace,
+        load=load_,
+        trace_load=trace_load,
+        cluster=spec,
+        priority=priority,
+        offset=offset,
+        seed=seed,
+    )
 
 
 @app.command()
@@ -88,18 +126,12 @@ def run(
     ] = "mock",
     strategy: Annotated[str, typer.Option(help=f"One of {', '.join(STRATEGIES)}.")] = "asa",
     sizer: Annotated[str | None, typer.Option(help="Task sizer (see `leadtime sizers`).")] = None,
-    trace: Annotated[
-        str | None, typer.Option(help="Mock background load: HPC2N, KTH, CTC or an SWF file.")
-    ] = None,
-    load_: Annotated[
-        float, typer.Option("--load", help="Mock synthetic utilisation without --trace (0: idle).")
-    ] = 0.7,
-    priority: Annotated[
-        str, typer.Option(help="Mock queue order: submit (FIFO) or eligible time.")
-    ] = "submit",
-    offset: Annotated[
-        float | None, typer.Option(help="Mock trace offset in seconds from its start.")
-    ] = None,
+    trace: Trace = None,
+    load_: Load = 0.7,
+    trace_load: TraceLoad = 1.0,
+    cluster: Cluster = None,
+    priority: Priority = "submit",
+    offset: Offset = None,
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
@@ -120,7 +152,7 @@ def run(
         seed=seed,
         scale=scale,
         policy=policy,
-        mock=_mock(trace, load_, priority, offset, seed),
+        mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
         **({"sizer": sizer} if sizer else {}),
     )
     summary = _run(workflow, config, db, dashboard=not (quiet or json_))
@@ -129,7 +161,7 @@ def run(
     else:
         out.print(run_table(summary))
     if summary.status != "done":
-        raise typer.Exit(1)
+        fail(f"run {summary.run_id} {summary.status}: {summary.error}", code=1)
 
 
 def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: bool):

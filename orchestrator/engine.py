@@ -192,8 +192,8 @@ class Engine:
                 self.error = self.error or f"{type(e).__name__}: {e}"
             raise
         finally:
-            pump.cancel()
             await self._shutdown()
+            pump.cancel()
         return self.summary()
 
     def summary(self) -> RunSummary:
@@ -222,6 +222,7 @@ class Engine:
             end,
             stages,
             pilots,
+            self.error,
         )
 
     # ---- the loop -------------------------------------------------------------
@@ -274,6 +275,14 @@ class Engine:
         else:
             raise ValueError(f"unknown engine event {kind!r}")
 
+    async def _settle(self, timeout: float = 600.0) -> None:
+        """Take in job updates until every pilot has ended (or ``timeout`` s passed)."""
+        deadline = clock.now() + timeout
+        self._wake = deadline
+        while any(p.live and p.job_id for p in self.pilots.values()) and clock.now() < deadline:
+            for kind, payload in await self._next_events():
+                self._apply(kind, payload)
+
     async def _pump_updates(self) -> None:
         async for info in self.backend.updates():
             self.post("job", info)
@@ -316,20 +325,43 @@ class Engine:
             self._end_t = self.now()
 
     def _stage_views(self) -> dict[str, StageView]:
+        ends = self._forecasts()
         return {
             name: StageView(
-                name,
-                s.spec.after,
-                s.spec.allocation,
-                s.phase,
-                s.ready_t,
-                self._forecast(s) if s.phase == Phase.RUNNING else None,
+                name, s.spec.after, s.spec.allocation, s.phase, s.ready_t, ends.get(name)
             )
             for name, s in self.stages.items()
         }
 
-    def _forecast(self, stage: StageRun) -> float | None:
-        """Forecast end (run time) of a running stage; its pilot's deadline while nothing is known."""
+    def _forecasts(self) -> dict[str, float]:
+        """Forecast end (run time) of every open stage.
+
+        A running stage is forecast from its progress; a later one starts when
+        the stages it waits for are forecast to end and lasts as long as its
+        tasks take on its own allocation, by the durations seen (in this run
+        or earlier ones), or its time limit while nothing is known.
+        """
+        now = self.now()
+        ends: dict[str, float] = {}
+
+        def end(name: str) -> float:
+            if name not in ends:
+                stage = self.stages[name]
+                if not stage.phase.open:
+                    ends[name] = stage.end_t if stage.end_t is not None else now
+                elif stage.phase == Phase.RUNNING:
+                    ends[name] = self._progress_forecast(stage)
+                else:
+                    start = max([now, *(end(a) for a in stage.spec.after)])
+                    ends[name] = start + self._expected_length(stage)
+            return ends[name]
+
+        for name in self.stages:
+            end(name)
+        return {name: t for name, t in ends.items() if self.stages[name].phase.open}
+
+    def _progress_forecast(self, stage: StageRun) -> float:
+        """A running stage's end from its progress; its pilot's deadline while nothing is known."""
         now = self.now()
         size = stage.last_allocation or Resources(cores=1)
         slots = self.pool.slots_for(stage.spec.name, size, clock.now())
@@ -343,6 +375,15 @@ class Engine:
             if stage.spec.name in p.stages and p.info and p.info.start_time is not None
         ]
         return min(starts, default=now) + stage.spec.allocation.time_limit_s
+
+    @staticmethod
+    def _expected_length(stage: StageRun) -> float:
+        """How long a stage not yet started should take on its own allocation."""
+        cores = stage.tasks[0].task.declared.get("cores", 1.0) if stage.tasks else 1.0
+        slots = max(1, int(stage.spec.allocation.cores // max(cores, 1e-9)))
+        remaining = len(stage.tasks) - stage.done
+        end = forecast_end(0.0, stage.durations, [], remaining, slots)
+        return stage.spec.allocation.time_limit_s if end is None else end
 
     # ---- pilots ---------------------------------------------------------------
 
@@ -623,7 +664,7 @@ class Engine:
 
     def _fail(self, stage: StageRun, task: TaskRun, why: str) -> None:
         task.state = "failed"
-        self.error = f"task {task.task.id} {why}"
+        self.error = f"task {task.task.id}: {why}"
         self._note(self.error)
         self._set_phase(stage, Phase.FAILED)
 
@@ -681,12 +722,13 @@ class Engine:
     async def _shutdown(self) -> None:
         """Release or cancel every pilot still alive, then record how the run ended."""
         for pilot in self.pilots.values():
-            if pilot.live and not pilot.released and pilot.job_id is not None:
+            if pilot.live and pilot.job_id is not None:
                 pilot.released = True
                 if pilot.state == JobState.RUNNING:
                     await self.backend.release(pilot.job_id)
                 else:
                     await self.backend.cancel(pilot.job_id)
+        await self._settle()
         for task in self._inflight:
             task.cancel()
         if self._end_t is None:

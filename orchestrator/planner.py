@@ -131,10 +131,15 @@ class BigJob:
 
 
 def big_allocation(allocations: Sequence[Allocation], time_limit_s: float) -> Allocation:
-    """The largest stage's geometry (most cores, most memory) for ``time_limit_s``."""
+    """The largest stage's geometry for ``time_limit_s``, with the most memory any stage asks.
+
+    A stage that leaves memory to the scheduler's default share leaves it to the
+    default for the big job too: its cores then bring at least what they did.
+    """
     widest = max(allocations, key=lambda a: a.cores)
-    memory = [a.memory_mb for a in allocations if a.memory_mb is not None]
-    return replace(widest, memory_mb=max(memory) if memory else None, time_limit_s=time_limit_s)
+    memory = [a.memory_mb for a in allocations]
+    most = None if None in memory else max(m for m in memory if m is not None)
+    return replace(widest, memory_mb=most, time_limit_s=time_limit_s)
 
 
 def _longest_path(stages: Sequence[StageView]) -> float:
@@ -187,7 +192,8 @@ class Asa:
                 self._predictions.pop(view.name, None)
                 continue
             end = self._inputs_end(view, stages)
-            if end is None:
+            after = self._after(view, stages, live)
+            if end is None or after is None:
                 continue
             at = end - wait
             if now < at:
@@ -196,7 +202,6 @@ class Asa:
                     f"stage {view.name}: predicted wait {wait:,.0f} s, submitting at t+{at:,.0f} s"
                 )
                 continue
-            after = self._after(view, stages, live)
             actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
             notes.append(
                 f"stage {view.name}: predicted wait {wait:,.0f} s, stage ends ~t+{end:,.0f} s, "
@@ -212,24 +217,22 @@ class Asa:
 
     @staticmethod
     def _inputs_end(view: StageView, stages: Mapping[str, StageView]) -> float | None:
-        """When the stages ``view`` waits for are forecast to end; None if not all are running."""
-        ends = []
-        for name in view.after:
-            before = stages[name]
-            if before.phase == Phase.DONE:
-                continue
-            if before.phase != Phase.RUNNING or before.forecast_end is None:
-                return None
-            ends.append(before.forecast_end)
-        return max(ends, default=None)
+        """When the stages ``view`` waits for are forecast to end (None if unknown)."""
+        ends = [stages[a].forecast_end for a in view.after if stages[a].phase.open]
+        if any(e is None for e in ends):
+            return None
+        return max((e for e in ends if e is not None), default=None)
 
     def _after(
         self, view: StageView, stages: Mapping[str, StageView], live: Mapping[str, PilotView]
-    ) -> tuple[str, ...]:
+    ) -> tuple[str, ...] | None:
+        """The pilots to depend on; None while one of them is not submitted yet."""
         if not self.dependency:
             return ()
-        pilots = {live[a].pilot_id for a in view.after if stages[a].phase.open and a in live}
-        return tuple(sorted(pilots))
+        waits_for = [a for a in view.after if stages[a].phase.open]
+        if any(a not in live for a in waits_for):
+            return None
+        return tuple(sorted({live[a].pilot_id for a in waits_for}))
 
     def _idle_early(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]

@@ -83,17 +83,20 @@ class RunConfig:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
 
 
-def largest_worker(workflow: Workflow, node_cores: int | None = None) -> Resources:
-    """The largest worker any stage's pilot can bring (one node of the widest stage)."""
+def largest_worker(workflow: Workflow, node: Resources) -> Resources:
+    """The largest worker a stage's pilot can bring: one node's share of the widest stage.
+
+    ``node`` is one node of the cluster; a stage that leaves memory to the
+    scheduler gets the node's memory per core for each of its cores.
+    """
     widest = Resources()
     for stage in workflow.stages:
         a = stage.allocation
-        nodes = a.nodes or 1
-        cores = a.cores // nodes
-        if node_cores is not None and a.nodes is None:
-            cores = min(cores, node_cores)
-        memory = (a.memory_mb or 0) * cores / a.cores
-        widest = Resources(max(widest.cores, cores), max(widest.memory, memory), 1_000_000.0)
+        cores = min(a.cores // (a.nodes or 1), node.cores)
+        per_core = node.memory / node.cores if a.memory_mb is None else a.memory_mb / a.cores
+        widest = Resources(
+            max(widest.cores, cores), max(widest.memory, per_core * cores), node.disk
+        )
     return widest
 
 
@@ -113,7 +116,7 @@ async def execute(
         backend = mock = config.mock.backend()
     elif isinstance(backend, MockSlurm):
         mock = backend
-    node_cores = mock.cluster.cores_per_node if mock else None
+    node = _node(mock.cluster) if mock else NODE
     if workers is None:
         if mock is None:
             raise ValueError(f"the {backend.name} backend needs a worker source")
@@ -129,7 +132,7 @@ async def execute(
         true_wait=mock.true_wait if mock is not None else None,
         idle_cancel_s=config.idle_cancel_s,
     )
-    sizer = make_sizer(config.sizer, worker=largest_worker(workflow, node_cores), seed=config.seed)
+    sizer = make_sizer(config.sizer, worker=largest_worker(workflow, node), seed=config.seed)
     engine = Engine(
         workflow,
         backend,
@@ -148,6 +151,15 @@ async def execute(
         return await engine.run()
     finally:
         await backend.close()
+
+
+NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
+"""A node as large as any stage may ask, when the backend does not say."""
+
+
+def _node(cluster: ClusterSpec) -> Resources:
+    memory = cluster.memory_per_node_mb or 4096.0 * cluster.cores_per_node
+    return Resources(cluster.cores_per_node, memory, SimulatedWorkers.DISK_MB)
 
 
 def _simulated_features(truths):

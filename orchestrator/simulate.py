@@ -172,9 +172,11 @@ class SimWorker:
 class SimulatedWorkers:
     """Worker source of simulated pilots: one worker per node share, at the pilot's start."""
 
-    def __init__(self, truths: dict[str, TaskTruth], disk_mb: float = 1_000_000.0) -> None:
+    DISK_MB = 1_000_000.0
+    """Scratch disk of a simulated node (1 TB)."""
+
+    def __init__(self, truths: dict[str, TaskTruth]) -> None:
         self.truths = truths
-        self.disk_mb = disk_mb
 
     def started(self, pilot, info) -> list[SimWorker]:
         end = (info.start_time or clock.now()) + pilot.request.time_limit_s
@@ -182,7 +184,7 @@ class SimulatedWorkers:
             SimWorker(
                 f"{pilot.pilot_id}/{share.node}",
                 pilot.pilot_id,
-                Resources(share.cores, share.memory_mb, self.disk_mb),
+                Resources(share.cores, share.memory_mb, self.DISK_MB),
                 end,
                 self.truths,
             )

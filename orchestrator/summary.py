@@ -67,6 +67,7 @@ class RunSummary:
     core_hours: float
     oh_core_hours: float
     hit_ratio: float | None
+    error: str | None = None
     stages: tuple[StageFigures, ...] = field(default=())
     pilots: tuple[PilotFigures, ...] = field(default=())
 
@@ -77,6 +78,7 @@ class RunSummary:
             "workflow": self.workflow,
             "strategy": self.strategy,
             "status": self.status,
+            "error": self.error,
             "makespan_s": self.makespan_s,
             "twt_s": self.twt_s,
             "pwt_s": self.pwt_s,
@@ -108,6 +110,7 @@ def summarize(
     end_t: float,
     stages: Sequence[StageFigures],
     pilots: Sequence[PilotFigures],
+    error: str | None = None,
 ) -> RunSummary:
     """The run's figures from its stages and pilots (times relative to the run's start)."""
     ready = {s.name: s.ready_t for s in stages}
@@ -132,6 +135,7 @@ def summarize(
         core_hours=core_hours,
         oh_core_hours=overhead,
         hit_ratio=sum(judged) / len(judged) if judged else None,
+        error=error,
         stages=tuple(stages),
         pilots=tuple(pilots),
     )

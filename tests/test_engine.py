@@ -1,0 +1,209 @@
+"""The engine on the simulated cluster, on virtual time."""
+
+import asyncio
+import time
+
+import pytest
+
+from backends.base import JobState
+from backends.mock import MockSlurm
+from backends.workload import ClusterSpec
+from orchestrator import clock
+from orchestrator.planner import Phase
+from orchestrator.session import MockOptions, RunConfig, execute, run_simulated
+from orchestrator.store import Store
+from workflows.spec import example, load, loads
+
+IDLE = MockOptions(
+    load=0, cluster=ClusterSpec(nodes=8, cores_per_node=28, memory_per_node_mb=128000)
+)
+
+
+def run(workflow, strategy, mock=IDLE, **config):
+    return run_simulated(workflow, RunConfig(strategy=strategy, mock=mock, **config))
+
+
+def critical_path(summary, workflow):
+    """Stage ends respect ``after``: no stage starts before the stages it waits for end."""
+    by_name = {s.name: s for s in summary.stages}
+    for stage in workflow.stages:
+        figures = by_name[stage.name]
+        for before in stage.after:
+            assert figures.ready_t >= by_name[before].end_t
+        assert figures.start_t >= figures.ready_t
+        assert figures.end_t > figures.start_t
+
+
+@pytest.mark.parametrize("name", ["montage", "blast", "statistics"])
+def test_per_stage_and_bigjob_on_the_examples(name):
+    workflow = load(example(name), scale=28)
+    per_stage = run(workflow, "per-stage")
+    bigjob = run(workflow, "bigjob")
+    for summary in (per_stage, bigjob):
+        assert summary.status == "done"
+        critical_path(summary, workflow)
+        assert summary.twt_s == 0  # an idle cluster: every pilot starts at once
+        assert summary.makespan_s == pytest.approx(max(s.end_t for s in summary.stages))
+        assert all(s.attempts == s.tasks for s in summary.stages)  # declared sizes fit
+        expected = sum(p.cores * (p.end_t - p.start_t) for p in summary.pilots) / 3600
+        assert summary.core_hours == pytest.approx(expected)
+    assert len(bigjob.pilots) == 1
+    assert len(per_stage.pilots) == len(workflow.stages)
+    assert bigjob.core_hours >= per_stage.core_hours
+    # The same tasks on the same cores: the makespans agree to within a task or two.
+    assert bigjob.makespan_s == pytest.approx(per_stage.makespan_s, rel=0.1)
+
+
+def test_montage_does_not_scale_and_bigjob_pays_for_it():
+    """Montage's tiles fill 24 cores: more cores buy no time, only core-hours (Table 1)."""
+    workflow = {scale: load(example("montage"), scale=scale) for scale in (28, 112)}
+    small, large = run(workflow[28], "bigjob"), run(workflow[112], "bigjob")
+    assert large.makespan_s == pytest.approx(small.makespan_s, rel=0.05)
+    assert large.core_hours > 3.5 * small.core_hours
+    assert run(workflow[112], "per-stage").core_hours < 0.6 * large.core_hours
+
+
+def test_a_ten_hour_workflow_runs_in_seconds():
+    workflow = loads(
+        """
+        name = "long"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 8, time = "6h" }
+        tasks = { command = "true", count = 8, cores = 1, memory = "1G", disk = "1G" }
+        simulate = { duration = "18000" }
+        [[stage]]
+        name = "b"
+        allocation = { cores = 8, time = "6h" }
+        tasks = { command = "true", count = 8, cores = 1, memory = "1G", disk = "1G" }
+        simulate = { duration = "18000" }
+        """
+    )
+    real = time.monotonic()
+    summary = run(workflow, "per-stage")
+    assert summary.makespan_s == pytest.approx(10 * 3600, abs=1)
+    assert time.monotonic() - real < 10
+
+
+def test_tasks_are_sized_and_retried_larger():
+    """The demo's simulation stage leaves memory to the sizer: some attempts are killed."""
+    workflow = load(example("demo"))
+    summary = run(workflow, "per-stage", sizer="greedy")
+    assert summary.status == "done"
+    simulate = next(s for s in summary.stages if s.name == "simulate")
+    assert simulate.attempts > simulate.tasks
+
+
+def test_the_store_holds_the_run():
+    workflow = load(example("demo"))
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            summary = await execute(workflow, RunConfig(strategy="per-stage", mock=IDLE), store)
+            run_row = (await store.rows("runs"))[0]
+            pilots = await store.rows("pilots", {"run_id": summary.run_id})
+            attempts = await store.rows("attempts", {"run_id": summary.run_id})
+            tasks = await store.rows("tasks", {"run_id": summary.run_id})
+            waits = await store.rows("waits", {"run_id": summary.run_id})
+            learner = await store.load_learner("queue_wait")
+            return summary, run_row, pilots, attempts, tasks, waits, learner
+
+    summary, run_row, pilots, attempts, tasks, waits, learner = clock.run(main(), virtual=True)
+    assert run_row["status"] == "done" and run_row["summary"]["makespan_s"] == summary.makespan_s
+    assert {p["state"] for p in pilots} == {"COMPLETED"}
+    assert all(p["job_id"] for p in pilots)
+    assert len(tasks) == sum(s.tasks for s in summary.stages)
+    assert {t["state"] for t in tasks} == {"done"}
+    assert len(attempts) == sum(s.attempts for s in summary.stages)
+    assert {a["outcome"] for a in attempts} <= {"success", "exhausted"}
+    assert len(waits) == len(pilots)  # every observed wait fed the learner ...
+    assert learner is not None  # ... and the learner was saved
+
+
+def test_a_failed_node_loses_its_tasks_which_complete_elsewhere():
+    workflow = loads(
+        """
+        name = "fragile"
+        [[stage]]
+        name = "work"
+        allocation = { cores = 56, nodes = 2, time = "2h" }
+        tasks = { command = "true", count = 56, cores = 1, memory = "1G", disk = "1G" }
+        simulate = { duration = "600" }
+        """
+    )
+
+    async def main():
+        backend = MockSlurm(ClusterSpec(nodes=4, cores_per_node=28, memory_per_node_mb=128000))
+
+        async def fail_later():
+            await clock.sleep(300)
+            job = next(iter(backend.simulator._jobs.values()))
+            backend.fail_node(backend.simulator.node_names[job.placement[0][0]])
+
+        async with await Store.open(":memory:") as store:
+            asyncio.get_running_loop().create_task(fail_later())
+            summary = await execute(
+                workflow, RunConfig(strategy="per-stage"), store, backend=backend
+            )
+            attempts = await store.rows("attempts", {"run_id": summary.run_id})
+        return summary, attempts
+
+    summary, attempts = clock.run(main(), virtual=True)
+    assert summary.status == "done"
+    assert [p.state for p in summary.pilots] == ["NODE_FAIL", "COMPLETED"]
+    lost = [a for a in attempts if a["outcome"] == "lost"]
+    assert len(lost) == 56  # the failed node ends the whole job: every attempt is lost ...
+    done = {a["task_id"] for a in attempts if a["outcome"] == "success"}
+    assert {a["task_id"] for a in lost} <= done  # ... then done on the replacement pilot
+    assert summary.makespan_s >= 900
+
+
+def test_a_task_larger_than_any_worker_fails_its_stage_clearly():
+    workflow = loads(
+        """
+        name = "greedy"
+        [[stage]]
+        name = "big"
+        allocation = { cores = 2, memory = "4G", time = "1h" }
+        tasks = { command = "true", count = 1, cores = 1 }
+        simulate = { duration = "60", memory = "normal(9000, 1)" }
+        """
+    )
+    summary = run(workflow, "per-stage", sizer="greedy")
+    assert summary.status == "failed"
+    assert summary.stages[0].end_t is not None
+    assert all(JobState(p.state).finished for p in summary.pilots)
+
+
+def test_stage_phases_follow_the_dag():
+    workflow = loads(
+        """
+        name = "diamond"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 4, time = "1h" }
+        tasks = { command = "true", count = 4, cores = 1, memory = "1G", disk = "1G" }
+        [[stage]]
+        name = "b"
+        after = ["a"]
+        allocation = { cores = 4, time = "1h" }
+        tasks = { command = "true", count = 4, cores = 1, memory = "1G", disk = "1G" }
+        simulate = { duration = "300" }
+        [[stage]]
+        name = "c"
+        after = ["a"]
+        allocation = { cores = 4, time = "1h" }
+        tasks = { command = "true", count = 4, cores = 1, memory = "1G", disk = "1G" }
+        simulate = { duration = "100" }
+        [[stage]]
+        name = "d"
+        after = ["b", "c"]
+        allocation = { cores = 4, time = "1h" }
+        tasks = { command = "true", count = 4, cores = 1, memory = "1G", disk = "1G" }
+        """
+    )
+    summary = run(workflow, "per-stage")
+    by = {s.name: s for s in summary.stages}
+    assert by["b"].start_t == by["c"].start_t == pytest.approx(by["a"].end_t)
+    assert by["d"].ready_t == pytest.approx(max(by["b"].end_t, by["c"].end_t))
+    assert Phase.DONE == "done"
