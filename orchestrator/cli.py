@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -13,9 +14,10 @@ from rich.console import Console
 from backends.base import SubmitError
 from backends.workload import ClusterSpec
 from orchestrator import clock
+from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
-from orchestrator.report import run_table
+from orchestrator.report import compare_tables, run_table
 from orchestrator.session import TRACES, MockOptions, RunConfig, execute
 from orchestrator.store import Store, default_path
 from orchestrator.waits import DEFAULT_POLICY, POLICIES
@@ -50,7 +52,7 @@ def load_workflow(path: Path, scale: int | None) -> Workflow:
         fail(f"{path}: {e.strerror or e}")
 
 
-def _choice(value: str, choices: tuple[str, ...], what: str) -> str:
+def _choice(value: str, choices: Sequence[str], what: str) -> str:
     if value not in choices:
         fail(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
     return value
@@ -214,6 +216,89 @@ def status(
             f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
             f"{row['status']:<8} {row.get('error') or ''}"
         )
+
+
+def _csv(text: str, what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        fail(f"--{what}: give a comma-separated list")
+    return items
+
+
+@app.command()
+def compare(
+    files: Annotated[list[Path], typer.Argument(help="Workflow files (TOML).")],
+    backend: Annotated[
+        str, typer.Option(help="Only mock: comparisons need a replayable queue.")
+    ] = "mock",
+    strategies: Annotated[
+        str, typer.Option(help="Comma-separated strategies to compare.")
+    ] = ",".join(STRATEGIES),
+    scales: Annotated[
+        str, typer.Option(help="Comma-separated scaling factors (cores).")
+    ] = "28,56,112",
+    runs: Annotated[int, typer.Option(min=1, help="Runs per workflow, scale and strategy.")] = 1,
+    sizer: Annotated[str | None, typer.Option(help="Task sizer.")] = None,
+    trace: Trace = "HPC2N",
+    load_: Load = 0.7,
+    trace_load: TraceLoad = 1.0,
+    cluster: Cluster = None,
+    priority: Priority = "submit",
+    policy: Annotated[
+        str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
+    ] = DEFAULT_POLICY,
+    share: Annotated[
+        bool, typer.Option(help="Tasks may use any pilot with room (the unified pool).")
+    ] = True,
+    seed: Seed = 0,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", help="Store whose learner the runs share (default: a fresh one)."),
+    ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No live dashboard per run.")] = False,
+) -> None:
+    """Run strategies side by side under identical conditions; print seed 004's Table 1."""
+    if backend != "mock":
+        fail("compare needs --backend mock: only a simulated queue replays identically")
+    chosen = [_choice(s, STRATEGIES, "strategy") for s in _csv(strategies, "strategies")]
+    try:
+        cores = [int(c) for c in _csv(scales, "scales")]
+    except ValueError:
+        fail(f"--scales {scales}: expected whole numbers")
+    _choice(policy, POLICIES, "policy")
+    for path in files:
+        load_workflow(path, None)
+    config = RunConfig(
+        seed=seed,
+        policy=policy,
+        share=share,
+        mock=_mock(trace, load_, trace_load, cluster, priority, None, seed),
+        **({"sizer": sizer} if sizer else {}),
+    )
+    live = not (quiet or json_)
+
+    async def main():
+        async with await Store.open(db or ":memory:") as store:
+            return await run_comparison(
+                files,
+                chosen,
+                cores,
+                runs,
+                config,
+                store,
+                observer_for=(lambda *_: Dashboard(out)) if live else None,
+            )
+
+    try:
+        rows = clock.run(main(), virtual=True)
+    except SubmitError as e:
+        fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
+    if json_:
+        out.print_json(json.dumps([r.as_json() for r in rows]))
+        return
+    for table in compare_tables(rows):
+        out.print(table)
 
 
 def main() -> None:

@@ -394,6 +394,7 @@ class Engine:
                 p.stages,
                 p.state == JobState.RUNNING,
                 self.pool.busy(p.pilot_id),
+                p.info.wait if p.info else None,
             )
             for p in self.pilots.values()
             if p.live and not p.released
@@ -696,6 +697,10 @@ class Engine:
         )
 
     async def _record_start(self) -> None:
+        history = await self.store.task_durations(self.workflow.name, self.backend.name)
+        for name, mean in history.items():
+            if name in self.stages:
+                self.stages[name].durations.prior = mean
         self.store.stage(
             "runs",
             {"run_id": self.run_id},

@@ -55,6 +55,8 @@ class PilotView:
     started: bool
     busy: bool = False
     """Some worker of the pilot is running an attempt."""
+    wait: float | None = None
+    """Its queue wait, once it started."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +165,18 @@ WaitPredictor = Callable[[Allocation], tuple[float, Any]]
 
 @dataclass
 class Asa:
-    """Proactive submission at forecast_end(after) - predicted_wait (seed 004)."""
+    """Proactive submission at forecast_end(after) - predicted_wait (seed 004).
+
+    Each stage's prediction is drawn once and kept until its pilot is
+    submitted. Without a dependency (``asa-naive``), a pilot that started early
+    and would idle longer than ``idle_cancel_s`` is cancelled; its stage is
+    submitted again at forecast_end - the wait that pilot just had, the
+    freshest evidence of the queue there is.
+    """
 
     predict: WaitPredictor
     dependency: bool = True
     idle_cancel_s: float = 600.0
-    """asa-naive: an early pilot that would idle longer than this is cancelled."""
     name: str = "asa"
     _predictions: dict[str, tuple[float, Any]] = field(default_factory=dict)
 
@@ -178,34 +186,31 @@ class Asa:
         actions: list[Submit | Cancel] = []
         notes: list[str] = []
         wake: list[float] = []
-        live = {s: p for p in pilots for s in p.stages}
         if not self.dependency:
-            for cancel in self._idle_early(now, stages, pilots):
-                actions.append(cancel)
-                notes.append(f"stage {cancel.pilot_id}: {cancel.why}")
-                live = {s: p for s, p in live.items() if p.pilot_id != cancel.pilot_id}
-        for view in _unserved(stages, [p for p in pilots if p.pilot_id in _ids(live)]):
+            cancels = self._idle_early(now, stages, pilots)
+            actions += cancels
+            notes += [f"pilot {c.pilot_id}: {c.why}" for c in cancels]
+            cancelled = {c.pilot_id for c in cancels}
+            pilots = [p for p in pilots if p.pilot_id not in cancelled]
+        live = {s: p for p in pilots for s in p.stages}
+        for view in _unserved(stages, pilots):
             wait, prediction = self._prediction(view)
-            if view.phase != Phase.WAITING:
-                actions.append(Submit((view.name,), view.allocation, (), wait, prediction))
-                notes.append(f"stage {view.name}: ready, predicted wait {wait:,.0f} s, submitting")
-                self._predictions.pop(view.name, None)
-                continue
-            end = self._inputs_end(view, stages)
-            after = self._after(view, stages, live)
-            if end is None or after is None:
-                continue
-            at = end - wait
-            if now < at:
-                wake.append(at)
-                notes.append(
-                    f"stage {view.name}: predicted wait {wait:,.0f} s, submitting at t+{at:,.0f} s"
-                )
-                continue
+            after: tuple[str, ...] | None = ()
+            if view.phase == Phase.WAITING:
+                end, after = self._inputs_end(view, stages), self._after(view, stages, live)
+                if end is None or after is None:
+                    continue
+                if now < end - wait:
+                    wake.append(end - wait)
+                    notes.append(
+                        f"stage {view.name}: predicted wait {wait:,.0f} s, "
+                        f"submitting at t+{end - wait:,.0f} s"
+                    )
+                    continue
             actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
             notes.append(
-                f"stage {view.name}: predicted wait {wait:,.0f} s, stage ends ~t+{end:,.0f} s, "
-                f"submitting now" + (" after " + ", ".join(after) if after else "")
+                f"stage {view.name}: predicted wait {wait:,.0f} s, submitting now"
+                + (" after " + ", ".join(after) if after else "")
             )
             self._predictions.pop(view.name, None)
         return Plan(tuple(actions), min(wake, default=None), tuple(notes))
@@ -244,18 +249,15 @@ class Asa:
             views = [stages[s] for s in pilot.stages]
             if any(v.phase != Phase.WAITING for v in views):
                 continue
-            ends = [self._inputs_end(v, stages) for v in views]
-            known = [e for e in ends if e is not None]
+            known = [e for v in views if (e := self._inputs_end(v, stages)) is not None]
             if known and min(known) - now > self.idle_cancel_s:
                 idle = min(known) - now
                 cancels.append(
                     Cancel(pilot.pilot_id, f"started early, would idle {idle:,.0f} s: cancelled")
                 )
+                for v in views:
+                    self._predictions[v.name] = (pilot.wait or 0.0, None)
         return cancels
-
-
-def _ids(live: Mapping[str, PilotView]) -> set[str]:
-    return {p.pilot_id for p in live.values()}
 
 
 TrueWait = Callable[[Allocation], float]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.table import Table
 
+from orchestrator.compare import Row, normalised
 from orchestrator.summary import RunSummary
 
 
@@ -38,3 +41,55 @@ def run_table(summary: RunSummary) -> Table:
     )
     table.caption_justify = "left"
     return table
+
+
+def _pct(ratio: float) -> str:
+    extra = ratio - 1.0
+    return "best" if abs(extra) < 0.005 else f"+{extra:.0%}"
+
+
+def compare_tables(rows: Sequence[Row]) -> list[Table]:
+    """Seed 004's Table 1: figures per workflow and scale, then normalised averages."""
+    figures = Table(title="per workflow and scale (means over the runs)", title_justify="left")
+    for column in ("workflow", "cores", "strategy", "TWT s", "makespan s", "CH", "PWT s", "OH CH"):
+        figures.add_column(
+            column, justify="left" if column in ("workflow", "strategy") else "right"
+        )
+    figures.add_column("hit ratio", justify="right")
+    last = None
+    for r in sorted(rows, key=lambda r: (r.workflow, r.scale)):
+        if last is not None and (r.workflow, r.scale) != last:
+            figures.add_section()
+        last = (r.workflow, r.scale)
+        figures.add_row(
+            r.workflow,
+            str(r.scale),
+            r.strategy + (f" ({r.failed} failed)" if r.failed else ""),
+            _s(r.twt_s),
+            _s(r.makespan_s),
+            f"{r.core_hours:,.1f}",
+            _s(r.pwt_s),
+            f"{r.oh_core_hours:,.2f}",
+            "-" if r.hit_ratio is None else f"{r.hit_ratio:.0%}",
+        )
+    norm = normalised(rows)
+    averages = Table(
+        title="normalised averages over the scales (relative to the best strategy of each row)",
+        title_justify="left",
+    )
+    for column in ("workflow", "strategy", "TWT", "makespan", "CH", "PWT", "OH"):
+        averages.add_column(
+            column, justify="left" if column in ("workflow", "strategy") else "right"
+        )
+    order = {s: i for i, s in enumerate(dict.fromkeys(r.strategy for r in rows))}
+    last_workflow = None
+    for (workflow, strategy), m in sorted(norm.items(), key=lambda kv: (kv[0][0], order[kv[0][1]])):
+        if last_workflow is not None and workflow != last_workflow:
+            averages.add_section()
+        last_workflow = workflow
+        averages.add_row(
+            workflow,
+            strategy,
+            *(_pct(m[k]) for k in ("twt_s", "makespan_s", "core_hours", "pwt_s", "oh_core_hours")),
+        )
+    return [figures, averages]

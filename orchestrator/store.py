@@ -193,6 +193,18 @@ class Store:
         found = await clock.held(cursor.fetchall())
         return [{n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in found]
 
+    async def task_durations(self, workflow: str, backend: str) -> dict[str, float]:
+        """Mean wall time of successful attempts per stage, over earlier runs of ``workflow``."""
+        cursor = await self._exec(
+            "SELECT t.stage, AVG(a.end_t - a.start_t) FROM attempts a "
+            "JOIN tasks t ON t.run_id = a.run_id AND t.task_id = a.task_id "
+            "JOIN runs r ON r.run_id = a.run_id "
+            "WHERE r.workflow = ? AND r.backend = ? AND a.outcome = 'success' "
+            "GROUP BY t.stage",
+            (workflow, backend),
+        )
+        return dict(await clock.held(cursor.fetchall()))
+
     async def load_learner(self, name: str) -> dict[str, Any] | None:
         found = await self.rows("learners", {"name": name})
         return found[0]["state"] if found else None
