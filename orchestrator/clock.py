@@ -84,6 +84,16 @@ def epoch_now() -> float:
     return time.time()
 
 
+def from_epoch(unix_time: float) -> float:
+    """The running loop's clock reading at Unix time ``unix_time`` (e.g. a job's end)."""
+    return now() + (unix_time - epoch_now())
+
+
+def to_epoch(loop_time: float) -> float:
+    """The Unix time at the running loop's clock reading ``loop_time``."""
+    return epoch_now() + (loop_time - now())
+
+
 def monotonic() -> float:
     """Real monotonic seconds, whatever loop runs (for rate limits and benchmarks)."""
     return time.monotonic()

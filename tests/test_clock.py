@@ -89,3 +89,12 @@ def test_real_loop_is_untouched():
         return clock.now() - start
 
     assert clock.run(main(), virtual=False) >= 0.01
+
+
+def test_epoch_conversions_round_trip_on_virtual_time():
+    async def main():
+        await clock.sleep(100)
+        end = clock.from_epoch(clock.epoch_now() + 3600)
+        return end - clock.now(), clock.to_epoch(end) - clock.epoch_now()
+
+    assert clock.run(main(), virtual=True, epoch=1_700_000_000) == (3600, 3600)
