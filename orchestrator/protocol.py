@@ -233,6 +233,24 @@ class Channel:
                 self.writer.write(_batch_frame(type_, items[start:end]))
                 start = end
 
+    async def keep_alive(self, interval_s: float, timeout_s: float) -> str:
+        """Send a heartbeat every ``interval_s``; once the peer has been silent for
+        ``timeout_s``, drop the connection and say so.
+
+        Time our own loop was stalled does not count against the peer: its
+        frames may be waiting, unread, behind the stall.
+        """
+        while True:
+            before = clock.now()
+            await clock.sleep(interval_s)
+            now = clock.now()
+            stall = max(0.0, now - before - interval_s)
+            silent = now - self.last_received - stall
+            if silent > timeout_s:
+                self.writer.transport.abort()
+                return f"missed heartbeats (silent for {silent:.1f}s)"
+            self.send("hb")
+
     async def drain(self) -> None:
         self.flush()
         with contextlib.suppress(ConnectionError):

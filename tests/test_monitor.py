@@ -188,7 +188,8 @@ async def test_peaks_match_what_the_task_did(runner, tmp_path):
     assert result.outcome is Outcome.SUCCESS, result.output_tail
     own = json.loads(report.read_text())
     assert result.peak.memory == pytest.approx(own["rss"], rel=0.1)
-    assert result.peak.cores * result.peak.wall == pytest.approx(own["cpu"], rel=0.1)
+    average = own["cpu"] / result.peak.wall
+    assert average * 0.9 <= result.peak.cores <= 1.1  # one busy thread: at most one core
     series, step = result.memory_series, result.sample_interval_s
     assert step == FAST.interval_s
     assert len(series) == pytest.approx(result.peak.wall / step, abs=2)
