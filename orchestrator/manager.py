@@ -17,10 +17,9 @@ import math
 import socket
 from collections.abc import Callable
 
-from learners.resources import Resources
 from orchestrator import clock, protocol
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
-from orchestrator.protocol import Channel, ProtocolError, Registration
+from orchestrator.attempt import AttemptResult, AttemptSpec
+from orchestrator.protocol import Channel, ProtocolError, Registration, lost
 
 log = logging.getLogger(__name__)
 
@@ -34,16 +33,6 @@ def host_address() -> str:
         return socket.gethostbyname(socket.getfqdn())
     except OSError:
         return "0.0.0.0"
-
-
-def lost(task_id: str, attempt: int, wall: float, reason: str) -> AttemptResult:
-    return AttemptResult(
-        task_id=task_id,
-        attempt=attempt,
-        outcome=Outcome.LOST,
-        peak=Resources(wall=wall),
-        output_tail=f"[leadtime] {reason}",
-    )
 
 
 class RemoteWorker:

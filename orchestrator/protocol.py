@@ -48,6 +48,7 @@ import math
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,10 +199,6 @@ class Channel:
         peer = self.writer.get_extra_info("peername")
         return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
-    @property
-    def closing(self) -> bool:
-        return self.writer.is_closing()
-
     async def receive(self) -> dict:
         message = await read_message(self.reader, self.max_frame)
         self.last_received = clock.now()
@@ -250,11 +247,6 @@ class Channel:
                 self.writer.transport.abort()
                 return f"missed heartbeats (silent for {silent:.1f}s)"
             self.send("hb")
-
-    async def drain(self) -> None:
-        self.flush()
-        with contextlib.suppress(ConnectionError):
-            await self.writer.drain()
 
     async def close(self) -> None:
         self.flush()
@@ -312,12 +304,17 @@ def integer(low: int, high: int) -> Callable[[Any, str], int]:
     return check
 
 
+_NUMBERS = (int, float)
+
+
 def number(low: float = 0.0, *, infinite: bool = False) -> Callable[[Any, str], float]:
+    high = math.inf if infinite else sys.float_info.max
+
     def check(value: Any, name: str) -> float:
-        if type(value) not in (int, float) or math.isnan(value) or value < low:
-            raise ProtocolError(f"{name} must be a number >= {low}")
-        if math.isinf(value) and not infinite:
-            raise ProtocolError(f"{name} must be finite")
+        # Comparisons with NaN are false, so this refuses NaN too.
+        if type(value) not in _NUMBERS or not low <= value <= high:
+            bound = "" if infinite else " and finite"
+            raise ProtocolError(f"{name} must be a number >= {low}{bound}")
         return float(value)
 
     return check
@@ -349,17 +346,22 @@ def array(value: Any, name: str, length: int | None = None, max_len: int = 2**20
 
 
 _task_id = text(MAX_ID, empty=False)
+_name = text(MAX_ID)
+_command = text(MAX_COMMAND, empty=False)
+_tail = text(MAX_TAIL)
 _attempt = integer(0, 2**31)
+_exit_code = optional(integer(-(2**31), 2**31))
 _amount = number()
 _wall = number(infinite=True)
+_interval = optional(number(1e-6))
 
 
 def _resources(value: Any, name: str, *, wall: bool) -> Resources:
     values = array(value, name, 4 if wall else 3)
-    cores, memory, disk = (_amount(v, f"{name}[{i}]") for i, v in enumerate(values[:3]))
+    cores, memory, disk = (_amount(v, name) for v in values[:3])
     if not wall:
         return Resources(cores, memory, disk)
-    return Resources(cores, memory, disk, _wall(values[3], f"{name}[3]"))
+    return Resources(cores, memory, disk, _wall(values[3], name))
 
 
 def _items(message: dict) -> list:
@@ -403,8 +405,8 @@ def _registration_fields(r: Registration) -> dict[str, Any]:
 def _registration(message: dict) -> Registration:
     return Registration(
         worker_id=field(message, "worker", _task_id),
-        pilot_id=field(message, "pilot", text(MAX_ID)),
-        hostname=field(message, "host", text(MAX_ID)),
+        pilot_id=field(message, "pilot", _name),
+        hostname=field(message, "host", _name),
         pid=field(message, "pid", integer(0, 2**31)),
         capacity=field(message, "capacity", lambda v, n: _resources(v, n, wall=False)),
         end_time=field(message, "end", optional(number())),
@@ -473,15 +475,15 @@ def spec_item(spec: AttemptSpec) -> list:
 def specs(message: dict) -> list[AttemptSpec]:
     """The attempts of a ``run`` message."""
     out = []
-    for i, item in enumerate(_items(message)):
-        task_id, attempt, command, allocation, category = array(item, f"items[{i}]", 5)
+    for item in _items(message):
+        task_id, attempt, command, allocation, category = array(item, "spec", 5)
         out.append(
             AttemptSpec(
                 task_id=_task_id(task_id, "task_id"),
                 attempt=_attempt(attempt, "attempt"),
-                command=text(MAX_COMMAND, empty=False)(command, "command"),
+                command=_command(command, "command"),
                 allocation=_resources(allocation, "allocation", wall=True),
-                category=text(MAX_ID)(category, "category"),
+                category=_name(category, "category"),
             )
         )
     return out
@@ -494,10 +496,22 @@ def key_item(task_id: str, attempt: int) -> list:
 def keys(message: dict) -> list[tuple[str, int]]:
     """The (task_id, attempt) pairs of a ``cancel`` message."""
     out = []
-    for i, item in enumerate(_items(message)):
-        task_id, attempt = array(item, f"items[{i}]", 2)
+    for item in _items(message):
+        task_id, attempt = array(item, "key", 2)
         out.append((_task_id(task_id, "task_id"), _attempt(attempt, "attempt")))
     return out
+
+
+def lost(task_id: str, attempt: int, wall: float, reason: str) -> AttemptResult:
+    """The result of an attempt whose worker left (or would not start it): says nothing
+    about the task's needs."""
+    return AttemptResult(
+        task_id=task_id,
+        attempt=attempt,
+        outcome=Outcome.LOST,
+        peak=Resources(wall=wall),
+        output_tail=f"[leadtime] {reason}",
+    )
 
 
 def result_item(r: AttemptResult) -> list:
@@ -522,11 +536,11 @@ _OUTCOMES = {o.value: o for o in Outcome}
 def results(message: dict) -> list[AttemptResult]:
     """The results of a ``result`` message."""
     out = []
-    for i, item in enumerate(_items(message)):
+    for item in _items(message):
         task_id, attempt, outcome, peak, exit_code, exhaustion, series, interval, tail = array(
-            item, f"items[{i}]", 9
+            item, "result", 9
         )
-        if outcome not in _OUTCOMES:
+        if not isinstance(outcome, str) or outcome not in _OUTCOMES:
             raise ProtocolError(f"unknown outcome {outcome!r}")
         if exhaustion is not None:
             resource, measured = array(exhaustion, "exhaustion", 2)
@@ -534,20 +548,19 @@ def results(message: dict) -> list[AttemptResult]:
                 raise ProtocolError(f"unknown resource {resource!r}")
             exhaustion = Exhaustion(resource, _wall(measured, "exhaustion.measured"))
         if series is not None:
-            series = tuple(_amount(v, "memory_series") for v in array(series, "memory_series"))
-            if len(series) > MAX_SERIES:
-                raise ProtocolError(f"memory_series is longer than {MAX_SERIES}")
+            values = array(series, "memory_series", max_len=MAX_SERIES)
+            series = tuple(_amount(v, "memory_series") for v in values)
         out.append(
             AttemptResult(
                 task_id=_task_id(task_id, "task_id"),
                 attempt=_attempt(attempt, "attempt"),
                 outcome=_OUTCOMES[outcome],
                 peak=_resources(peak, "peak", wall=True),
-                exit_code=optional(integer(-(2**31), 2**31))(exit_code, "exit_code"),
+                exit_code=_exit_code(exit_code, "exit_code"),
                 exhaustion=exhaustion,
                 memory_series=series,
-                sample_interval_s=optional(number(1e-6))(interval, "sample_interval_s"),
-                output_tail=text(MAX_TAIL)(tail, "output_tail"),
+                sample_interval_s=_interval(interval, "sample_interval_s"),
+                output_tail=_tail(tail, "output_tail"),
             )
         )
     return out

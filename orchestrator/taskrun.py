@@ -102,6 +102,7 @@ class Runner:
         self.cgroups = cgroups
         self._environ = {k: v for k, v in environ.items() if k != SECRET_ENV}
         self._running: dict[tuple[str, int], _Running] = {}
+        self._removals: set[asyncio.Future] = set()
         self._affinity = os.sched_getaffinity(0)
         config.root.mkdir(parents=True, exist_ok=True)
 
@@ -284,10 +285,18 @@ class Runner:
                 parts.append(f"[{name.split('.')[-1]}]\n{lines}")
         return "\n".join(parts)[-MAX_TAIL:]
 
+    async def settle(self) -> None:
+        """Wait for sandbox removals still under way."""
+        while self._removals:
+            await asyncio.gather(*self._removals)
+
     def _clean(self, sandbox: Path, cgroup: Path | None, *, success: bool) -> None:
         keep = self.config.keep_sandboxes
         if keep == "never" or (keep == "failure" and success):
-            shutil.rmtree(sandbox, ignore_errors=True)
+            # Off the loop: removing a big sandbox (or any, on a slow disk) takes a while.
+            removal = asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, sandbox, True)
+            self._removals.add(removal)
+            removal.add_done_callback(self._removals.discard)
         elif not success:
             log.info("kept the sandbox %s", sandbox)
         if cgroup is not None and self.cgroups is not None:
@@ -336,6 +345,9 @@ class _Reaper:
         self._pidfds = _pidfd_works()
         if not self._pidfds:
             loop.add_signal_handler(signal.SIGCHLD, self._check_all)
+            # A burst of exits can fill the loop's wakeup pipe; that loses nothing here
+            # (every SIGCHLD checks every child), so do not warn about it.
+            signal.set_wakeup_fd(signal.set_wakeup_fd(-1), warn_on_full_buffer=False)
 
     def track(self, pid: int) -> asyncio.Future:
         """A future of ``(wait status, rusage)`` for our child ``pid``."""

@@ -33,9 +33,15 @@ import psutil
 from learners.resources import PACKED, Resources
 from orchestrator import clock, protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
-from orchestrator.manager import lost
 from orchestrator.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
-from orchestrator.protocol import AuthError, Channel, ProtocolError, Registration, Welcome
+from orchestrator.protocol import (
+    AuthError,
+    Channel,
+    ProtocolError,
+    Registration,
+    Welcome,
+    lost,
+)
 from orchestrator.taskrun import Keep, Runner, RunnerConfig
 
 log = logging.getLogger(__name__)
@@ -267,6 +273,7 @@ class Agent:
                     break
                 await self._stop_all("lost contact with the manager")
             await self._stop_all(self.leaving or "leaving")
+            await self.runner.settle()
             return EXIT_RELEASED
         finally:
             for timer in timers:

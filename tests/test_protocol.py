@@ -1,18 +1,23 @@
 """Framing, validation, secrets and the handshake; strangers cannot disturb a run."""
 
 import asyncio
+import contextlib
+import copy
+import ipaddress
 import math
 import os
 import stat
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator import protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
-from orchestrator.manager import Manager
+from orchestrator.manager import Manager, host_address
 from orchestrator.protocol import (
     AuthError,
     Channel,
@@ -291,3 +296,75 @@ async def test_a_duplicate_worker_id_is_refused():
         assert list(manager.workers) == ["w1"]
         await first.close()
         await second.close()
+
+
+# --- fuzzing: whatever a peer sends, only ProtocolError comes out ----------------------------
+
+junk = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=4)
+    | st.binary(max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=8,
+)
+VALID = {
+    "run": (protocol.specs, protocol.spec_item(AttemptSpec("t", 0, "true", Resources(1, 2, 3)))),
+    "result": (
+        protocol.results,
+        protocol.result_item(
+            AttemptResult(
+                "t",
+                0,
+                Outcome.EXHAUSTED,
+                Resources(1, 2, 3, 4),
+                -9,
+                Exhaustion("memory", 2.5),
+                (1.0, 2.0),
+                1.0,
+                "tail",
+            )
+        ),
+    ),
+    "cancel": (protocol.keys, protocol.key_item("t", 0)),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(sorted(VALID)), data=st.data())
+def test_a_corrupted_item_is_parsed_or_refused_cleanly(kind, data):
+    """Valid items with one field replaced (at any depth) by junk."""
+    parse, item = VALID[kind]
+    item = copy.deepcopy(item)
+    target = item
+    while True:
+        index = data.draw(st.integers(0, len(target) - 1))
+        if isinstance(target[index], list) and data.draw(st.booleans()):
+            target = target[index]
+            continue
+        target[index] = data.draw(junk)
+        break
+    with contextlib.suppress(ProtocolError):
+        parse({"t": kind, "items": [item]})
+
+
+@settings(max_examples=100, deadline=None)
+@given(items=junk)
+def test_junk_batches_are_refused_cleanly(items):
+    for parse, _ in VALID.values():
+        with contextlib.suppress(ProtocolError):
+            parse({"t": "x", "items": items})
+
+
+@settings(max_examples=100, deadline=None)
+@given(fields=st.dictionaries(st.sampled_from(["worker", "pilot", "capacity", "end", "pid"]), junk))
+def test_a_corrupted_registration_is_refused_cleanly(fields):
+    message = {"t": "register", **protocol._registration_fields(REGISTRATION), **fields}
+    with contextlib.suppress(ProtocolError):
+        protocol._registration(message)
+
+
+def test_the_default_bind_address_is_an_address():
+    ipaddress.ip_address(host_address())

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from learners.resources import Resources
-from orchestrator import clock, protocol
+from orchestrator import clock, protocol, taskrun
 from orchestrator.attempt import AttemptSpec, Outcome
 from orchestrator.manager import Manager
 from orchestrator.monitor import Monitor, MonitorConfig
@@ -62,6 +62,7 @@ async def test_a_failing_command_reports_its_exit_code_and_last_lines(runner):
 async def test_success_cleans_its_sandbox_and_reports_no_tail(runner):
     result = await runner.run(spec("good", "echo fine; touch made"))
     assert (result.outcome, result.exit_code, result.output_tail) == (Outcome.SUCCESS, 0, "")
+    await runner.settle()
     assert not runner.sandbox(spec("good", "")).exists()
     assert result.peak.wall > 0 and result.peak.memory > 0
 
@@ -531,3 +532,14 @@ def test_the_secret_cannot_be_given_on_the_command_line(capsys):
     with pytest.raises(SystemExit):
         main(["--manager", "localhost:1", "--secret", SECRET.hex()])
     assert "unrecognized arguments: --secret" in capsys.readouterr().err
+
+
+async def test_children_are_reaped_on_sigchld_where_pidfds_are_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(taskrun, "_pidfd_works", lambda: False)  # a kernel older than 5.3
+    runner = Runner(RunnerConfig(root=tmp_path), Monitor(FAST))
+    tasks = [spec(f"ok{i}", "true") for i in range(30)]
+    tasks += [spec("bad", "exit 4"), spec("slow", "sleep 30", Resources(1, 200, 50, 0.3))]
+    results = {r.task_id: r for r in await asyncio.gather(*(runner.run(t) for t in tasks))}
+    assert all(results[f"ok{i}"].outcome is Outcome.SUCCESS for i in range(30))
+    assert (results["bad"].outcome, results["bad"].exit_code) == (Outcome.FAILED, 4)
+    assert results["slow"].exhaustion.resource == "wall"
