@@ -74,16 +74,25 @@ class RemoteWorker:
         return len(self._pending)
 
     async def run(self, spec: AttemptSpec) -> AttemptResult:
-        """Run ``spec`` on this worker; LOST if the worker leaves first."""
+        """Run ``spec`` on this worker; LOST if the worker leaves first.
+
+        Raises ValueError for a spec the worker would refuse as malformed (which
+        would cost the whole connection) or one already running here.
+        """
         key = (spec.task_id, spec.attempt)
         if key in self._pending:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id} is already on {self.id}")
+        item = protocol.spec_item(spec)
+        try:
+            protocol.specs({"t": "run", "items": [item]})
+        except ProtocolError as e:
+            raise ValueError(f"attempt {spec.attempt} of {spec.task_id}: {e}") from None
         if not self.accepting:
             reason = "worker is draining" if self.alive else f"worker left: {self._gone.result()}"
             return lost(spec.task_id, spec.attempt, 0.0, reason)
         future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, clock.now())
-        self._channel.post("run", protocol.spec_item(spec))
+        self._channel.post("run", item)
         try:
             return await future
         except asyncio.CancelledError:
@@ -113,7 +122,7 @@ class RemoteWorker:
         for result in results:
             entry = self._pending.pop((result.task_id, result.attempt), None)
             if entry is None:
-                log.debug("%s: result for %s.%d nobody waits for", self.id, *_key(result))
+                log.debug("%s: nobody waits for %s.%d", self.id, result.task_id, result.attempt)
             elif not entry[0].done():
                 entry[0].set_result(result)
 
@@ -126,10 +135,6 @@ class RemoteWorker:
         for (task_id, attempt), (future, start) in pending.items():
             if not future.done():
                 future.set_result(lost(task_id, attempt, now - start, f"worker left: {reason}"))
-
-
-def _key(result: AttemptResult) -> tuple[str, int]:
-    return result.task_id, result.attempt
 
 
 class Manager:

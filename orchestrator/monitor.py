@@ -175,27 +175,20 @@ class Usage:
 # --- the sampling shell ---------------------------------------------------------------------
 
 
+@dataclass(slots=True, eq=False)
 class Watch:
-    """One task under the monitor's eye (a session led by ``pid``)."""
+    """One task under the monitor's eye (the session ``pid`` leads)."""
 
-    def __init__(
-        self,
-        pid: int,
-        sandbox: Path,
-        usage: Usage,
-        on_exceeded: Callable[[Exhaustion], None],
-        start: float,
-        delay: float,
-    ) -> None:
-        self.pid = pid
-        self.sandbox = sandbox
-        self.usage = usage
-        self.on_exceeded = on_exceeded
-        self.start = start
-        self.delay = delay
-        self.active = True
-        self.next_sample: asyncio.TimerHandle | None = None
-        self.wall_limit: asyncio.TimerHandle | None = None
+    pid: int
+    sandbox: Path
+    usage: Usage
+    on_exceeded: Callable[[Exhaustion], None]
+    start: float
+    delay: float
+    """Until the next sample: doubles from ``first_delay`` up to the interval."""
+    active: bool = True
+    next_sample: asyncio.TimerHandle | None = None
+    wall_limit: asyncio.TimerHandle | None = None
 
 
 class Monitor:

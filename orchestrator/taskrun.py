@@ -6,10 +6,11 @@ group), pinned to the cores it was given, with stdout and stderr in files in
 the sandbox. The :class:`~orchestrator.monitor.Monitor` watches it; when it
 breaks a limit the group gets SIGTERM, then SIGKILL after a grace.
 
-Children are reaped on SIGCHLD (no thread per child). The exit is noticed
-before reaping, so whatever is left of the task's process group is killed
-while its id cannot yet be reused; ``wait4`` then gives the exact CPU time
-and peak RSS, which is all a task shorter than the first sample gets.
+A child's exit is noticed through a pidfd (SIGCHLD on kernels before 5.3),
+with no thread per child, and before the child is reaped: whatever is left
+of its process group is killed while the group's id cannot yet be reused.
+``wait4`` then gives the exact CPU time and peak RSS, which is all a task
+shorter than the first sample gets.
 """
 
 from __future__ import annotations
@@ -81,9 +82,11 @@ def sandbox_name(task_id: str, attempt: int) -> str:
 @dataclass(slots=True)
 class _Running:
     pid: int
+    exited: asyncio.Future
+    """Done the moment the reaper has reaped it: its pid may then be reused."""
     exhaustion: Exhaustion | None = None
     lost: str | None = None
-    reaped: bool = False
+    """Why it was stopped, if it was stopped for another reason than a limit."""
     kill_timer: asyncio.TimerHandle | None = None
 
 
@@ -129,23 +132,21 @@ class Runner:
         except OSError as e:
             self._clean(sandbox, cgroup, success=False)
             return self._failed_to_start(spec, e)
-        running = self._running[key] = _Running(pid)
+        running = self._running[key] = _Running(pid, _reaper().track(pid))
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.add(cgroup, pid)
-        exited = _reaper().track(pid)
         watch = self.monitor.watch(
             pid, sandbox, spec.allocation, lambda e: self._exceeded(running, e), start
         )
         try:
-            status, rusage = await asyncio.shield(exited)
+            status, rusage = await asyncio.shield(running.exited)
         finally:
             wall = clock.now() - start
             self.monitor.unwatch(watch)
             del self._running[key]
-            running.reaped = exited.done()
             if running.kill_timer is not None:
                 running.kill_timer.cancel()
-            if not running.reaped:  # we were cancelled: leave nothing behind
+            if not running.exited.done():  # we were cancelled: leave nothing behind
                 _signal_group(pid, signal.SIGKILL)
         peak = watch.usage.finish(
             wall,
@@ -175,7 +176,8 @@ class Runner:
         running = self._running.get((task_id, attempt))
         if running is None:
             return False
-        running.lost = running.lost or reason
+        if running.exhaustion is None:  # a broken limit, found first, stays the cause
+            running.lost = running.lost or reason
         self._terminate(running)
         return True
 
@@ -224,9 +226,9 @@ class Runner:
             "LEADTIME_TASK_ID": spec.task_id,
             "LEADTIME_ATTEMPT": str(spec.attempt),
             "LEADTIME_CATEGORY": spec.category,
-            "LEADTIME_CORES": f"{a.cores:g}",
-            "LEADTIME_MEMORY_MB": f"{a.memory:g}",
-            "LEADTIME_DISK_MB": f"{a.disk:g}",
+            "LEADTIME_CORES": _plain(a.cores),
+            "LEADTIME_MEMORY_MB": _plain(a.memory),
+            "LEADTIME_DISK_MB": _plain(a.disk),
             "LEADTIME_SANDBOX": str(sandbox),
             "TMPDIR": str(sandbox),
             "OMP_NUM_THREADS": threads,
@@ -241,12 +243,17 @@ class Runner:
 
     def _terminate(self, running: _Running) -> None:
         """SIGTERM the group now, SIGKILL after the grace unless it is gone."""
-        if running.reaped or running.kill_timer is not None:
+        if running.exited.done() or running.kill_timer is not None:
             return
         _signal_group(running.pid, signal.SIGTERM)
         running.kill_timer = asyncio.get_running_loop().call_later(
-            self.config.kill_grace_s, _signal_group, running.pid, signal.SIGKILL
+            self.config.kill_grace_s, self._kill, running
         )
+
+    @staticmethod
+    def _kill(running: _Running) -> None:
+        if not running.exited.done():  # once reaped, its group id may be someone else's
+            _signal_group(running.pid, signal.SIGKILL)
 
     def _classify(
         self,
@@ -310,6 +317,11 @@ class Runner:
             peak=Resources(wall=0.0),
             output_tail=f"[leadtime] cannot start {self.config.shell}: {error}",
         )
+
+
+def _plain(value: float) -> str:
+    """A number as a shell user expects it: ``1.5``, ``4000``, never ``4e+03``."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -77,7 +78,7 @@ async def test_environment_and_sandbox(tmp_path):
     runner = Runner(
         RunnerConfig(root=tmp_path, keep_sandboxes="always"), Monitor(FAST), environ=environ
     )
-    task = AttemptSpec("stage/7", 2, "env; echo cwd=$(pwd)", Resources(1.5, 300, 40), "cat")
+    task = AttemptSpec("stage/7", 2, "env; echo cwd=$(pwd)", Resources(1.5, 2e6, 40), "cat")
     result = await runner.run(task)
     assert result.outcome is Outcome.SUCCESS
     sandbox = runner.sandbox(task)
@@ -89,7 +90,7 @@ async def test_environment_and_sandbox(tmp_path):
     assert env["LEADTIME_CATEGORY"] == "cat"
     assert env["LEADTIME_CORES"] == "1.5"
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "2"
-    assert env["LEADTIME_MEMORY_MB"] == "300"
+    assert env["LEADTIME_MEMORY_MB"] == "2000000"
     assert env["LEADTIME_DISK_MB"] == "40"
     assert env["LEADTIME_SANDBOX"] == env["TMPDIR"] == env["cwd"] == str(sandbox)
     assert env["KEEP_ME"] == "yes"
@@ -264,6 +265,16 @@ async def test_tasks_run_concurrently_within_capacity(tmp_path):
         assert [r.outcome for r in results] == [Outcome.SUCCESS] * 3
         spans = [list(map(float, (tmp_path / f"t{i}").read_text().split())) for i in range(3)]
         assert max(start for start, _ in spans) < min(end for _, end in spans)
+
+
+async def test_a_malformed_spec_is_refused_before_it_costs_the_connection(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent()
+        with pytest.raises(ValueError, match="allocation"):
+            await worker.run(spec("nan", "true", Resources(1, math.nan, 10)))
+        with pytest.raises(ValueError, match="command"):
+            await worker.run(spec("huge", "x" * (protocol.MAX_COMMAND + 1)))
+        assert (await worker.run(spec("fine", "true"))).outcome is Outcome.SUCCESS
 
 
 async def test_an_attempt_beyond_free_capacity_is_refused(tmp_path):
