@@ -25,7 +25,6 @@ import re
 import shlex
 import shutil
 import signal
-import string
 import subprocess
 import weakref
 from collections.abc import Iterator, Mapping
@@ -59,16 +58,24 @@ class RunnerConfig:
     shell: str = "/bin/sh"
 
 
+_PARAMETER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 def expand_command(template: str, values: Mapping[str, object]) -> str:
     """``template`` with each ``{name}`` replaced by its value, quoted for the shell.
 
     A value is always one word to the shell, whatever characters it holds.
+    Only ``{identifier}`` is a parameter: shell braces such as ``${HOME}``,
+    ``{a,b}`` or awk's ``'{print $1}'`` stay as they are.
     """
-    fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    missing = fields - values.keys()
-    if missing:
-        raise ValueError(f"command template refers to unknown {', '.join(sorted(missing))}")
-    return template.format_map({k: shlex.quote(str(v)) for k, v in values.items()})
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise ValueError(f"command template refers to unknown parameter {{{name}}}")
+        return shlex.quote(str(values[name]))
+
+    return _PARAMETER.sub(substitute, template)
 
 
 def sandbox_name(task_id: str, attempt: int) -> str:

@@ -470,7 +470,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--manager", required=True, help="HOST:PORT of the manager")
     p.add_argument("--secret-file", type=Path, help="file (mode 600) holding the run's secret")
-    p.add_argument("--root", type=Path, help="directory for task sandboxes")
+    p.add_argument(
+        "--root",
+        type=Path,
+        help="directory for task sandboxes (default: $SLURM_TMPDIR, $TMPDIR or /tmp, "
+        "under leadtime-WORKER_ID)",
+    )
     p.add_argument("--worker-id", help="default: HOSTNAME-PID")
     p.add_argument("--pilot-id", help="default: $SLURM_JOB_ID")
     p.add_argument("--cores", type=float, help="default: $SLURM_CPUS_ON_NODE or usable CPUs")

@@ -116,8 +116,14 @@ async def test_templated_parameters_reach_the_task_verbatim(runner, tmp_path):
 
 
 def test_a_template_naming_an_unknown_parameter_is_an_error():
-    with pytest.raises(ValueError, match="unknown sample"):
+    with pytest.raises(ValueError, match=r"unknown parameter \{sample\}"):
         expand_command("run {item} {sample}", {"item": "a"})
+
+
+def test_shell_braces_are_not_parameters():
+    template = "awk '{print $1}' {item} > ${HOME}/{a,b}.txt"
+    expected = "awk '{print $1}' 'x y' > ${HOME}/{a,b}.txt"
+    assert expand_command(template, {"item": "x y"}) == expected
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
