@@ -82,9 +82,8 @@ class RemoteWorker:
         key = (spec.task_id, spec.attempt)
         if key in self._pending:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id} is already on {self.id}")
-        item = protocol.spec_item(spec)
         try:
-            protocol.specs({"t": "run", "items": [item]})
+            protocol.check_spec(spec)
         except ProtocolError as e:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id}: {e}") from None
         if not self.accepting:
@@ -92,7 +91,7 @@ class RemoteWorker:
             return lost(spec.task_id, spec.attempt, 0.0, reason)
         future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, clock.now())
-        self._channel.post("run", item)
+        self._channel.post("run", protocol.spec_item(spec))
         try:
             return await future
         except asyncio.CancelledError:

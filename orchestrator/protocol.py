@@ -279,14 +279,14 @@ def _expect(message: dict, type_: str) -> dict:
     return message
 
 
-def field(message: dict, name: str, check: Callable[[Any, str], Any]) -> Any:
+def _field(message: dict, name: str, check: Callable[[Any, str], Any]) -> Any:
     """``message[name]`` validated by ``check``."""
     if name not in message:
         raise ProtocolError(f"{message.get('t')!r} message lacks {name!r}")
     return check(message[name], name)
 
 
-def text(max_len: int, *, empty: bool = True) -> Callable[[Any, str], str]:
+def _text(max_len: int, *, empty: bool = True) -> Callable[[Any, str], str]:
     def check(value: Any, name: str) -> str:
         if not isinstance(value, str) or len(value) > max_len or (not empty and not value):
             raise ProtocolError(f"{name} must be a string of 1 to {max_len} characters")
@@ -295,7 +295,7 @@ def text(max_len: int, *, empty: bool = True) -> Callable[[Any, str], str]:
     return check
 
 
-def integer(low: int, high: int) -> Callable[[Any, str], int]:
+def _integer(low: int, high: int) -> Callable[[Any, str], int]:
     def check(value: Any, name: str) -> int:
         if type(value) is not int or not low <= value <= high:
             raise ProtocolError(f"{name} must be an integer in [{low}, {high}]")
@@ -305,10 +305,11 @@ def integer(low: int, high: int) -> Callable[[Any, str], int]:
 
 
 _NUMBERS = (int, float)
+_FINITE = sys.float_info.max
 
 
-def number(low: float = 0.0, *, infinite: bool = False) -> Callable[[Any, str], float]:
-    high = math.inf if infinite else sys.float_info.max
+def _number(low: float = 0.0, *, infinite: bool = False) -> Callable[[Any, str], float]:
+    high = math.inf if infinite else _FINITE
 
     def check(value: Any, name: str) -> float:
         # Comparisons with NaN are false, so this refuses NaN too.
@@ -320,7 +321,7 @@ def number(low: float = 0.0, *, infinite: bool = False) -> Callable[[Any, str], 
     return check
 
 
-def raw(size: int) -> Callable[[Any, str], bytes]:
+def _raw(size: int) -> Callable[[Any, str], bytes]:
     def check(value: Any, name: str) -> bytes:
         if not isinstance(value, bytes) or len(value) != size:
             raise ProtocolError(f"{name} must be {size} bytes")
@@ -329,14 +330,14 @@ def raw(size: int) -> Callable[[Any, str], bytes]:
     return check
 
 
-def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
     def maybe(value: Any, name: str) -> Any:
         return None if value is None else check(value, name)
 
     return maybe
 
 
-def array(value: Any, name: str, length: int | None = None, max_len: int = 2**20) -> list:
+def _array(value: Any, name: str, length: int | None = None, max_len: int = 2**20) -> list:
     if not isinstance(value, list) or (length is not None and len(value) != length):
         size = f"of {length} elements" if length is not None else ""
         raise ProtocolError(f"{name} must be an array {size}".rstrip())
@@ -345,27 +346,36 @@ def array(value: Any, name: str, length: int | None = None, max_len: int = 2**20
     return value
 
 
-_task_id = text(MAX_ID, empty=False)
-_name = text(MAX_ID)
-_command = text(MAX_COMMAND, empty=False)
-_tail = text(MAX_TAIL)
-_attempt = integer(0, 2**31)
-_exit_code = optional(integer(-(2**31), 2**31))
-_amount = number()
-_wall = number(infinite=True)
-_interval = optional(number(1e-6))
+_task_id = _text(MAX_ID, empty=False)
+_name = _text(MAX_ID)
+_command = _text(MAX_COMMAND, empty=False)
+_tail = _text(MAX_TAIL)
+_attempt = _integer(0, 2**31)
+_exit_code = _optional(_integer(-(2**31), 2**31))
+_amount = _number()
+_wall = _number(infinite=True)
+_interval = _optional(_number(1e-6))
 
 
 def _resources(value: Any, name: str, *, wall: bool) -> Resources:
-    values = array(value, name, 4 if wall else 3)
-    cores, memory, disk = (_amount(v, name) for v in values[:3])
-    if not wall:
-        return Resources(cores, memory, disk)
-    return Resources(cores, memory, disk, _wall(values[3], name))
+    """[cores, memory, disk] (finite, >= 0), then wall time (>= 0, maybe inf) if ``wall``."""
+    if (
+        type(value) is list
+        and len(value) == 3 + wall
+        and all(type(v) in _NUMBERS and 0 <= v <= _FINITE for v in value[:3])
+        and (not wall or (type(value[3]) in _NUMBERS and value[3] >= 0))
+    ):
+        return Resources(*map(float, value))
+    shape = (
+        "[cores, memory, disk, wall]: numbers >= 0, finite but wall"
+        if wall
+        else ("[cores, memory, disk]: finite numbers >= 0")
+    )
+    raise ProtocolError(f"{name} must be {shape}; got {value!r}"[:300])
 
 
 def _items(message: dict) -> list:
-    return array(field(message, "items", lambda v, n: v), "items")
+    return _array(_field(message, "items", lambda v, n: v), "items")
 
 
 # --- handshake ------------------------------------------------------------------------------
@@ -404,12 +414,12 @@ def _registration_fields(r: Registration) -> dict[str, Any]:
 
 def _registration(message: dict) -> Registration:
     return Registration(
-        worker_id=field(message, "worker", _task_id),
-        pilot_id=field(message, "pilot", _name),
-        hostname=field(message, "host", _name),
-        pid=field(message, "pid", integer(0, 2**31)),
-        capacity=field(message, "capacity", lambda v, n: _resources(v, n, wall=False)),
-        end_time=field(message, "end", optional(number())),
+        worker_id=_field(message, "worker", _task_id),
+        pilot_id=_field(message, "pilot", _name),
+        hostname=_field(message, "host", _name),
+        pid=_field(message, "pid", _integer(0, 2**31)),
+        capacity=_field(message, "capacity", lambda v, n: _resources(v, n, wall=False)),
+        end_time=_field(message, "end", _optional(_number())),
     )
 
 
@@ -419,16 +429,16 @@ async def accept(channel: Channel, secret: bytes) -> Registration:
     The caller bounds the time this may take and answers with :func:`welcome`.
     """
     hello = _expect(await channel.receive(), "hello")
-    version = field(hello, "v", integer(0, 2**31))
+    version = _field(hello, "v", _integer(0, 2**31))
     if version != VERSION:
         raise ProtocolError(f"worker speaks protocol version {version}, manager {VERSION}")
-    worker_nonce = field(hello, "nonce", raw(NONCE_BYTES))
+    worker_nonce = _field(hello, "nonce", _raw(NONCE_BYTES))
     manager_nonce = secrets.token_bytes(NONCE_BYTES)
     proof = _mac(secret, b"manager", worker_nonce, manager_nonce)
     channel.send("challenge", nonce=manager_nonce, proof=proof)
     register = _expect(await channel.receive(), "register")
     expected = _mac(secret, b"worker", manager_nonce, worker_nonce)
-    if not hmac.compare_digest(field(register, "proof", raw(32)), expected):
+    if not hmac.compare_digest(_field(register, "proof", _raw(32)), expected):
         raise AuthError("worker's proof does not match the run's secret")
     return _registration(register)
 
@@ -442,19 +452,19 @@ async def offer(channel: Channel, secret: bytes, registration: Registration) -> 
     worker_nonce = secrets.token_bytes(NONCE_BYTES)
     channel.send("hello", v=VERSION, nonce=worker_nonce)
     challenge = _expect(await channel.receive(), "challenge")
-    manager_nonce = field(challenge, "nonce", raw(NONCE_BYTES))
+    manager_nonce = _field(challenge, "nonce", _raw(NONCE_BYTES))
     expected = _mac(secret, b"manager", worker_nonce, manager_nonce)
-    if not hmac.compare_digest(field(challenge, "proof", raw(32)), expected):
+    if not hmac.compare_digest(_field(challenge, "proof", _raw(32)), expected):
         raise AuthError("the manager's proof does not match our secret: wrong secret or manager")
     proof = _mac(secret, b"worker", manager_nonce, worker_nonce)
     channel.send("register", proof=proof, **_registration_fields(registration))
     answer = await channel.receive()
     if answer["t"] == "error":
-        raise ProtocolError(f"manager refused us: {field(answer, 'message', text(4096))}")
+        raise ProtocolError(f"manager refused us: {_field(answer, 'message', _text(4096))}")
     _expect(answer, "welcome")
     return Welcome(
-        heartbeat_s=field(answer, "heartbeat", number(1e-3)),
-        timeout_s=field(answer, "timeout", number(1e-3)),
+        heartbeat_s=_field(answer, "heartbeat", _number(1e-3)),
+        timeout_s=_field(answer, "timeout", _number(1e-3)),
     )
 
 
@@ -476,7 +486,7 @@ def specs(message: dict) -> list[AttemptSpec]:
     """The attempts of a ``run`` message."""
     out = []
     for item in _items(message):
-        task_id, attempt, command, allocation, category = array(item, "spec", 5)
+        task_id, attempt, command, allocation, category = _array(item, "spec", 5)
         out.append(
             AttemptSpec(
                 task_id=_task_id(task_id, "task_id"),
@@ -489,6 +499,30 @@ def specs(message: dict) -> list[AttemptSpec]:
     return out
 
 
+def check_spec(spec: AttemptSpec) -> None:
+    """Raise :class:`ProtocolError` if a worker would refuse ``spec``.
+
+    Checked before sending, since a refused frame costs the whole connection.
+    """
+    a = spec.allocation
+    if not (
+        type(spec.task_id) is str
+        and 0 < len(spec.task_id) <= MAX_ID
+        and type(spec.attempt) is int
+        and 0 <= spec.attempt <= 2**31
+        and type(spec.command) is str
+        and 0 < len(spec.command) <= MAX_COMMAND
+        and type(spec.category) is str
+        and len(spec.category) <= MAX_ID
+        and 0 <= a.cores <= _FINITE
+        and 0 <= a.memory <= _FINITE
+        and 0 <= a.disk <= _FINITE
+        and a.wall >= 0
+    ):
+        specs({"t": "run", "items": [spec_item(spec)]})  # names what is wrong
+        raise ProtocolError(f"invalid attempt spec {spec!r}"[:300])
+
+
 def key_item(task_id: str, attempt: int) -> list:
     return [task_id, attempt]
 
@@ -497,7 +531,7 @@ def keys(message: dict) -> list[tuple[str, int]]:
     """The (task_id, attempt) pairs of a ``cancel`` message."""
     out = []
     for item in _items(message):
-        task_id, attempt = array(item, "key", 2)
+        task_id, attempt = _array(item, "key", 2)
         out.append((_task_id(task_id, "task_id"), _attempt(attempt, "attempt")))
     return out
 
@@ -537,18 +571,18 @@ def results(message: dict) -> list[AttemptResult]:
     """The results of a ``result`` message."""
     out = []
     for item in _items(message):
-        task_id, attempt, outcome, peak, exit_code, exhaustion, series, interval, tail = array(
+        task_id, attempt, outcome, peak, exit_code, exhaustion, series, interval, tail = _array(
             item, "result", 9
         )
         if not isinstance(outcome, str) or outcome not in _OUTCOMES:
             raise ProtocolError(f"unknown outcome {outcome!r}")
         if exhaustion is not None:
-            resource, measured = array(exhaustion, "exhaustion", 2)
+            resource, measured = _array(exhaustion, "exhaustion", 2)
             if resource not in RESOURCES:
                 raise ProtocolError(f"unknown resource {resource!r}")
             exhaustion = Exhaustion(resource, _wall(measured, "exhaustion.measured"))
         if series is not None:
-            values = array(series, "memory_series", max_len=MAX_SERIES)
+            values = _array(series, "memory_series", max_len=MAX_SERIES)
             series = tuple(_amount(v, "memory_series") for v in values)
         out.append(
             AttemptResult(
@@ -567,4 +601,4 @@ def results(message: dict) -> list[AttemptResult]:
 
 
 def reason(message: dict) -> str:
-    return field(message, "reason", text(4096))
+    return _field(message, "reason", _text(4096))
