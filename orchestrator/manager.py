@@ -1,0 +1,285 @@
+"""The manager's end of the worker protocol: accept, authenticate, dispatch.
+
+:class:`Manager` listens on one address, proves itself to each connecting
+worker and makes it prove itself (see :mod:`orchestrator.protocol`), then
+exposes it as a :class:`RemoteWorker` whose ``run(spec)`` sends an attempt
+and returns its result. A worker that disconnects or stays silent past the
+timeout is gone: every attempt it was running comes back LOST. A bad frame,
+a failed handshake or a stranger closes that one connection, never the
+server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import socket
+from collections.abc import Callable
+
+from orchestrator import clock, protocol
+from orchestrator.attempt import AttemptResult, AttemptSpec
+from orchestrator.protocol import Channel, ProtocolError, Registration, lost
+
+log = logging.getLogger(__name__)
+
+JoinCallback = Callable[["RemoteWorker"], None]
+LeaveCallback = Callable[["RemoteWorker", str], None]
+
+
+def host_address() -> str:
+    """This host's address as other nodes reach it (its name resolved), else all addresses."""
+    try:
+        return socket.gethostbyname(socket.getfqdn())
+    except OSError:
+        return "0.0.0.0"
+
+
+class RemoteWorker:
+    """A registered worker, as the pool sees it.
+
+    ``end_time`` is on the running loop's clock (``inf`` when the worker did
+    not say). ``run`` may be called many times concurrently; cancelling a
+    ``run`` call cancels the attempt on the worker.
+    """
+
+    def __init__(self, channel: Channel, registration: Registration) -> None:
+        self.id = registration.worker_id
+        self.pilot_id = registration.pilot_id
+        self.hostname = registration.hostname
+        self.pid = registration.pid
+        self.capacity = registration.capacity
+        end = registration.end_time
+        self.end_time = math.inf if end is None else clock.from_epoch(end)
+        self.draining = False
+        """True once the worker takes no more tasks (asked to drain, or its pilot ends soon)."""
+        self._channel = channel
+        self._pending: dict[tuple[str, int], tuple[asyncio.Future[AttemptResult], float]] = {}
+        self._gone: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def __repr__(self) -> str:
+        return f"RemoteWorker({self.id!r}, pilot={self.pilot_id!r}, capacity={self.capacity})"
+
+    @property
+    def alive(self) -> bool:
+        return not self._gone.done()
+
+    @property
+    def accepting(self) -> bool:
+        return self.alive and not self.draining
+
+    @property
+    def running(self) -> int:
+        """Attempts sent and not yet answered."""
+        return len(self._pending)
+
+    async def run(self, spec: AttemptSpec) -> AttemptResult:
+        """Run ``spec`` on this worker; LOST if the worker leaves first.
+
+        Raises ValueError for a spec the worker would refuse as malformed (which
+        would cost the whole connection) or one already running here.
+        """
+        key = (spec.task_id, spec.attempt)
+        if key in self._pending:
+            raise ValueError(f"attempt {spec.attempt} of {spec.task_id} is already on {self.id}")
+        try:
+            protocol.check_spec(spec)
+        except ProtocolError as e:
+            raise ValueError(f"attempt {spec.attempt} of {spec.task_id}: {e}") from None
+        if not self.accepting:
+            reason = "worker is draining" if self.alive else f"worker left: {self._gone.result()}"
+            return lost(spec.task_id, spec.attempt, 0.0, reason)
+        future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
+        self._pending[key] = (future, clock.now())
+        self._channel.post("run", protocol.spec_item(spec))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(key, None) is not None and self.alive:
+                self._channel.post("cancel", protocol.key_item(*key))
+            raise
+
+    async def drain(self) -> str:
+        """Let the running attempts finish, then release the worker; why it left."""
+        if self.alive:
+            self.draining = True
+            self._channel.send("drain")
+        return await self.wait_closed()
+
+    async def shutdown(self) -> str:
+        """Release the worker now: its running attempts come back LOST; why it left."""
+        if self.alive:
+            self.draining = True
+            self._channel.send("shutdown")
+        return await self.wait_closed()
+
+    async def wait_closed(self) -> str:
+        """Wait until the worker is gone; the reason."""
+        return await asyncio.shield(self._gone)
+
+    def _resolve(self, results: list[AttemptResult]) -> None:
+        for result in results:
+            entry = self._pending.pop((result.task_id, result.attempt), None)
+            if entry is None:
+                log.debug("%s: nobody waits for %s.%d", self.id, result.task_id, result.attempt)
+            elif not entry[0].done():
+                entry[0].set_result(result)
+
+    def _leave(self, reason: str) -> None:
+        if self._gone.done():
+            return
+        self._gone.set_result(reason)
+        pending, self._pending = self._pending, {}
+        now = clock.now()
+        for (task_id, attempt), (future, start) in pending.items():
+            if not future.done():
+                future.set_result(lost(task_id, attempt, now - start, f"worker left: {reason}"))
+
+
+class Manager:
+    """Accepts authenticated workers; tells ``on_join`` and ``on_leave`` about them."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        heartbeat_s: float = 5.0,
+        timeout_s: float | None = None,
+        handshake_timeout_s: float = 10.0,
+        on_join: JoinCallback | None = None,
+        on_leave: LeaveCallback | None = None,
+    ) -> None:
+        """``timeout_s`` (default four heartbeats) of silence and a worker is gone."""
+        if len(secret) < protocol.MIN_SECRET_BYTES:
+            raise ValueError(f"the secret must have at least {protocol.MIN_SECRET_BYTES} bytes")
+        self.secret = secret
+        self.host = host
+        self.port = port
+        self.heartbeat_s = heartbeat_s
+        self.timeout_s = 4 * heartbeat_s if timeout_s is None else timeout_s
+        self.handshake_timeout_s = handshake_timeout_s
+        self.on_join = on_join
+        self.on_leave = on_leave
+        self.workers: dict[str, RemoteWorker] = {}
+        """The workers registered now, by id."""
+        self.rejected = 0
+        """Connections refused so far (failed handshakes, bad frames before registering)."""
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+        self._closing = False
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) the manager listens on (``port`` resolved once started)."""
+        if self._server is None:
+            raise RuntimeError("the manager is not started")
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return host, port
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        log.info("manager listening on %s:%d", *self.address)
+        return self.address
+
+    async def close(self) -> None:
+        """Stop listening and drop every connection (the workers then try to reconnect)."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        while self._connections:
+            for task in self._connections:
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> Manager:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self._closing:  # accepted just before the server closed
+            writer.close()
+            return
+        self._connections.add(task)
+        channel = Channel(reader, writer, protocol.HANDSHAKE_MAX_FRAME)
+        try:
+            worker = await self._admit(channel)
+            if worker is not None:
+                await self._serve(worker, channel)
+        finally:
+            self._connections.discard(task)
+            await channel.close()
+
+    async def _admit(self, channel: Channel) -> RemoteWorker | None:
+        peer = channel.peer
+        try:
+            async with asyncio.timeout(self.handshake_timeout_s):
+                registration = await protocol.accept(channel, self.secret)
+        except (ProtocolError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as e:
+            self.rejected += 1
+            why = "handshake timed out" if isinstance(e, TimeoutError) else repr(e)
+            log.warning("refused a connection from %s: %s", peer, why)
+            return None
+        if registration.worker_id in self.workers:
+            self.rejected += 1
+            message = f"worker id {registration.worker_id!r} is already registered"
+            log.warning("refused %s: %s", peer, message)
+            channel.send("error", message=message)
+            return None
+        protocol.welcome(channel, self.heartbeat_s, self.timeout_s)
+        channel.max_frame = protocol.MAX_FRAME
+        worker = RemoteWorker(channel, registration)
+        self.workers[worker.id] = worker
+        log.info(
+            "worker %s joined from %s (pilot %s, %s)", worker.id, peer, worker.pilot_id, worker
+        )
+        self._notify(self.on_join, worker)
+        return worker
+
+    async def _serve(self, worker: RemoteWorker, channel: Channel) -> None:
+        reason = "connection closed"
+        watchdog = asyncio.create_task(channel.keep_alive(self.heartbeat_s, self.timeout_s))
+        try:
+            while True:
+                message = await channel.receive()
+                kind = message["t"]
+                if kind == "result":
+                    worker._resolve(protocol.results(message))
+                elif kind == "draining":
+                    worker.draining = True
+                    log.info("worker %s drains: %s", worker.id, protocol.reason(message))
+                elif kind == "bye":
+                    reason = f"released: {protocol.reason(message)}"
+                    break
+                elif kind != "hb":
+                    raise ProtocolError(f"unexpected {kind!r} message from a worker")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            reason = watchdog.result() if watchdog.done() else "disconnected"
+        except ProtocolError as e:
+            reason = f"protocol error: {e}"
+            log.warning("worker %s: %s", worker.id, reason)
+        except asyncio.CancelledError:
+            reason = "manager closed"
+            raise
+        finally:
+            watchdog.cancel()
+            self.workers.pop(worker.id, None)
+            worker._leave(reason)
+            log.info("worker %s left: %s", worker.id, reason)
+            self._notify(self.on_leave, worker, reason)
+
+    def _notify(self, callback: Callable[..., None] | None, *args: object) -> None:
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("a worker callback failed")

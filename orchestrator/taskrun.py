@@ -1,0 +1,437 @@
+"""Run one attempt: a shell command in its own sandbox, session and cores.
+
+The command runs as ``/bin/sh -c COMMAND`` in ``<root>/<task>.<attempt>/``,
+leading a new session (so the whole tree can be killed as one process
+group), pinned to the cores it was given, with stdout and stderr in files in
+the sandbox. The :class:`~orchestrator.monitor.Monitor` watches it; when it
+breaks a limit the group gets SIGTERM, then SIGKILL after a grace.
+
+A child's exit is noticed through a pidfd (SIGCHLD on kernels before 5.3),
+with no thread per child, and before the child is reaped: whatever is left
+of its process group is killed while the group's id cannot yet be reused.
+``wait4`` then gives the exact CPU time and peak RSS, which is all a task
+shorter than the first sample gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from learners.resources import Resources
+from learners.sizing.base import Exhaustion
+from orchestrator import clock
+from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.monitor import MB, MemoryCgroups, Monitor, directory_size
+from orchestrator.protocol import MAX_TAIL, SECRET_ENV
+
+log = logging.getLogger(__name__)
+
+STDOUT = "leadtime.stdout"
+STDERR = "leadtime.stderr"
+Keep = Literal["never", "failure", "always"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerConfig:
+    root: Path
+    """Sandboxes are made under this directory."""
+    keep_sandboxes: Keep = "failure"
+    """Which sandboxes stay after their attempt: never, those that did not succeed, always."""
+    tail_lines: int = 20
+    kill_grace_s: float = 1.0
+    """Between SIGTERM and SIGKILL when a task is stopped."""
+    shell: str = "/bin/sh"
+
+
+_PARAMETER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_command(template: str, values: Mapping[str, object]) -> str:
+    """``template`` with each ``{name}`` replaced by its value, quoted for the shell.
+
+    A value is always one word to the shell, whatever characters it holds.
+    Only ``{identifier}`` is a parameter: shell braces such as ``${HOME}``,
+    ``{a,b}`` or awk's ``'{print $1}'`` stay as they are.
+    """
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise ValueError(f"command template refers to unknown parameter {{{name}}}")
+        return shlex.quote(str(values[name]))
+
+    return _PARAMETER.sub(substitute, template)
+
+
+def sandbox_name(task_id: str, attempt: int) -> str:
+    """A file name for the attempt: its task id where safe, else made safe and unique."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", task_id)[:120]
+    if safe != task_id or safe.startswith("."):
+        safe = f"{safe.lstrip('.')}-{hashlib.sha256(task_id.encode()).hexdigest()[:8]}"
+    return f"{safe}.{attempt}"
+
+
+@dataclass(slots=True)
+class _Running:
+    pid: int
+    exited: asyncio.Future
+    """Done the moment the reaper has reaped it: its pid may then be reused."""
+    exhaustion: Exhaustion | None = None
+    lost: str | None = None
+    """Why it was stopped, if it was stopped for another reason than a limit."""
+    kill_timer: asyncio.TimerHandle | None = None
+
+
+class Runner:
+    """Runs attempts under ``config.root``, watched by ``monitor``."""
+
+    def __init__(
+        self,
+        config: RunnerConfig,
+        monitor: Monitor,
+        environ: Mapping[str, str] = os.environ,
+        cgroups: MemoryCgroups | None = None,
+    ) -> None:
+        self.config = config
+        self.monitor = monitor
+        self.cgroups = cgroups
+        self._environ = {k: v for k, v in environ.items() if k != SECRET_ENV}
+        self._running: dict[tuple[str, int], _Running] = {}
+        self._removals: set[asyncio.Future] = set()
+        self._affinity = os.sched_getaffinity(0)
+        config.root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def sandbox(self, spec: AttemptSpec) -> Path:
+        return self.config.root / sandbox_name(spec.task_id, spec.attempt)
+
+    async def run(self, spec: AttemptSpec, cpus: frozenset[int] | None = None) -> AttemptResult:
+        """Run ``spec`` to its end, pinned to ``cpus`` (or the worker's own cores)."""
+        key = (spec.task_id, spec.attempt)
+        if key in self._running:
+            raise ValueError(f"attempt {spec.attempt} of {spec.task_id} is already running")
+        sandbox = self.sandbox(spec)
+        if sandbox.exists():
+            shutil.rmtree(sandbox)
+        sandbox.mkdir()
+        cgroup = self.cgroups.create(sandbox.name, spec.allocation.memory) if self.cgroups else None
+        start = clock.now()
+        try:
+            pid = self._spawn(spec, sandbox, cpus)
+        except OSError as e:
+            self._clean(sandbox, cgroup, success=False)
+            return self._failed_to_start(spec, e)
+        running = self._running[key] = _Running(pid, _reaper().track(pid))
+        if cgroup is not None and self.cgroups is not None:
+            self.cgroups.add(cgroup, pid)
+        watch = self.monitor.watch(
+            pid, sandbox, spec.allocation, lambda e: self._exceeded(running, e), start
+        )
+        try:
+            status, rusage = await asyncio.shield(running.exited)
+        finally:
+            wall = clock.now() - start
+            self.monitor.unwatch(watch)
+            del self._running[key]
+            if running.kill_timer is not None:
+                running.kill_timer.cancel()
+            if not running.exited.done():  # we were cancelled: leave nothing behind
+                _signal_group(pid, signal.SIGKILL)
+        peak = watch.usage.finish(
+            wall,
+            cpu=rusage.ru_utime + rusage.ru_stime,
+            max_rss=rusage.ru_maxrss * 1024 / MB,
+            disk=directory_size(sandbox) / MB,
+        )
+        exit_code = os.waitstatus_to_exitcode(status)
+        outcome, exhaustion = self._classify(spec, running, exit_code, peak, cgroup)
+        series = watch.usage.series
+        result = AttemptResult(
+            task_id=spec.task_id,
+            attempt=spec.attempt,
+            outcome=outcome,
+            peak=peak,
+            exit_code=exit_code,
+            exhaustion=exhaustion,
+            memory_series=series[0] if series else None,
+            sample_interval_s=series[1] if series else None,
+            output_tail="" if outcome is Outcome.SUCCESS else self._tail(spec, sandbox, running),
+        )
+        self._clean(sandbox, cgroup, success=outcome is Outcome.SUCCESS)
+        return result
+
+    def stop(self, task_id: str, attempt: int, reason: str) -> bool:
+        """Kill a running attempt; its :meth:`run` returns LOST with ``reason``."""
+        running = self._running.get((task_id, attempt))
+        if running is None:
+            return False
+        if running.exhaustion is None:  # a broken limit, found first, stays the cause
+            running.lost = running.lost or reason
+        self._terminate(running)
+        return True
+
+    def stop_all(self, reason: str) -> None:
+        for task_id, attempt in list(self._running):
+            self.stop(task_id, attempt, reason)
+
+    # --- inside ---------------------------------------------------------------------------
+
+    def _spawn(self, spec: AttemptSpec, sandbox: Path, cpus: frozenset[int] | None) -> int:
+        env = self._environment(spec, sandbox)
+        with (
+            open(sandbox / STDOUT, "wb") as out,
+            open(sandbox / STDERR, "wb") as err,
+            self._pinned(cpus),
+        ):
+            proc = subprocess.Popen(
+                [self.config.shell, "-c", spec.command],
+                cwd=sandbox,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        proc.returncode = 0  # the reaper waits for it (with its rusage), never Popen
+        return proc.pid
+
+    @contextlib.contextmanager
+    def _pinned(self, cpus: frozenset[int] | None) -> Iterator[None]:
+        """Spawn on ``cpus``: a child inherits the affinity of the thread that forks it."""
+        if not cpus:
+            yield
+            return
+        os.sched_setaffinity(0, cpus)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, self._affinity)
+
+    def _environment(self, spec: AttemptSpec, sandbox: Path) -> dict[str, str]:
+        a = spec.allocation
+        threads = str(max(1, math.ceil(a.cores - 1e-9)))
+        return {
+            **self._environ,
+            "LEADTIME_TASK_ID": spec.task_id,
+            "LEADTIME_ATTEMPT": str(spec.attempt),
+            "LEADTIME_CATEGORY": spec.category,
+            "LEADTIME_CORES": _plain(a.cores),
+            "LEADTIME_MEMORY_MB": _plain(a.memory),
+            "LEADTIME_DISK_MB": _plain(a.disk),
+            "LEADTIME_SANDBOX": str(sandbox),
+            "TMPDIR": str(sandbox),
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+        }
+
+    def _exceeded(self, running: _Running, exhaustion: Exhaustion) -> None:
+        if running.exhaustion is None and running.lost is None:
+            running.exhaustion = exhaustion
+            self._terminate(running)
+
+    def _terminate(self, running: _Running) -> None:
+        """SIGTERM the group now, SIGKILL after the grace unless it is gone."""
+        if running.exited.done() or running.kill_timer is not None:
+            return
+        _signal_group(running.pid, signal.SIGTERM)
+        running.kill_timer = asyncio.get_running_loop().call_later(
+            self.config.kill_grace_s, self._kill, running
+        )
+
+    @staticmethod
+    def _kill(running: _Running) -> None:
+        if not running.exited.done():  # once reaped, its group id may be someone else's
+            _signal_group(running.pid, signal.SIGKILL)
+
+    def _classify(
+        self,
+        spec: AttemptSpec,
+        running: _Running,
+        exit_code: int,
+        peak: Resources,
+        cgroup: Path | None,
+    ) -> tuple[Outcome, Exhaustion | None]:
+        if running.lost is not None:
+            return Outcome.LOST, None
+        if running.exhaustion is not None:
+            return Outcome.EXHAUSTED, running.exhaustion
+        if cgroup is not None and self.cgroups is not None and self.cgroups.oom_killed(cgroup):
+            return Outcome.EXHAUSTED, Exhaustion("memory", max(peak.memory, spec.allocation.memory))
+        if exit_code == 0:
+            return Outcome.SUCCESS, None
+        return Outcome.FAILED, None
+
+    def _tail(self, spec: AttemptSpec, sandbox: Path, running: _Running) -> str:
+        """The last lines of stdout and stderr (and why the task was stopped)."""
+        parts = []
+        if running.lost is not None:
+            parts.append(f"[leadtime] stopped: {running.lost}")
+        elif running.exhaustion is not None:
+            e = running.exhaustion
+            unit = " s" if e.resource == "wall" else " MB"
+            limit = spec.allocation[e.resource]
+            parts.append(
+                f"[leadtime] killed: {e.resource} reached {e.measured:.6g}{unit}"
+                f" (allocation {limit:.6g}{unit})"
+            )
+        for name in (STDOUT, STDERR):
+            lines = _last_lines(sandbox / name, self.config.tail_lines)
+            if lines:
+                parts.append(f"[{name.split('.')[-1]}]\n{lines}")
+        return "\n".join(parts)[-MAX_TAIL:]
+
+    async def settle(self) -> None:
+        """Wait for sandbox removals still under way."""
+        while self._removals:
+            await asyncio.gather(*self._removals)
+
+    def _clean(self, sandbox: Path, cgroup: Path | None, *, success: bool) -> None:
+        keep = self.config.keep_sandboxes
+        if keep == "never" or (keep == "failure" and success):
+            # Off the loop: removing a big sandbox (or any, on a slow disk) takes a while.
+            removal = asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, sandbox, True)
+            self._removals.add(removal)
+            removal.add_done_callback(self._removals.discard)
+        elif not success:
+            log.info("kept the sandbox %s", sandbox)
+        if cgroup is not None and self.cgroups is not None:
+            self.cgroups.remove(cgroup)
+
+    def _failed_to_start(self, spec: AttemptSpec, error: OSError) -> AttemptResult:
+        return AttemptResult(
+            task_id=spec.task_id,
+            attempt=spec.attempt,
+            outcome=Outcome.FAILED,
+            peak=Resources(wall=0.0),
+            output_tail=f"[leadtime] cannot start {self.config.shell}: {error}",
+        )
+
+
+def _plain(value: float) -> str:
+    """A number as a shell user expects it: ``1.5``, ``4000``, never ``4e+03``."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _last_lines(path: Path, lines: int, max_bytes: int = 8192) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+# --- reaping ---------------------------------------------------------------------------------
+
+
+class _Reaper:
+    """Learns which task leaders exited, kills their leftovers and reaps them.
+
+    A pidfd per child (Linux >= 5.3) wakes the loop when that child exits;
+    older kernels fall back to scanning our children on SIGCHLD. Neither
+    needs a thread per child.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._children: dict[int, asyncio.Future] = {}
+        self._pidfds = _pidfd_works()
+        if not self._pidfds:
+            loop.add_signal_handler(signal.SIGCHLD, self._check_all)
+            # A burst of exits can fill the loop's wakeup pipe; that loses nothing here
+            # (every SIGCHLD checks every child), so do not warn about it.
+            signal.set_wakeup_fd(signal.set_wakeup_fd(-1), warn_on_full_buffer=False)
+
+    def track(self, pid: int) -> asyncio.Future:
+        """A future of ``(wait status, rusage)`` for our child ``pid``."""
+        future = self._children[pid] = self._loop.create_future()
+        if self._pidfds:
+            fd = os.pidfd_open(pid)
+            self._loop.add_reader(fd, self._exited, pid, fd)
+        else:
+            self._check(pid)
+        return future
+
+    def _exited(self, pid: int, fd: int) -> None:
+        self._loop.remove_reader(fd)
+        os.close(fd)
+        self._reap(pid)
+
+    def _check_all(self) -> None:
+        for pid in list(self._children):
+            self._check(pid)
+
+    def _check(self, pid: int) -> None:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                self._reap(pid)
+        except ChildProcessError as e:  # someone else reaped it
+            self._settle(pid, exception=e)
+
+    def _reap(self, pid: int) -> None:
+        # Exited but not reaped: its group id is still reserved, so kill the rest.
+        _signal_group(pid, signal.SIGKILL)
+        try:
+            _, status, rusage = os.wait4(pid, 0)
+        except ChildProcessError as e:
+            self._settle(pid, exception=e)
+        else:
+            self._settle(pid, result=(status, rusage))
+
+    def _settle(
+        self, pid: int, result: object = None, exception: BaseException | None = None
+    ) -> None:
+        future = self._children.pop(pid)
+        if future.done():
+            return
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)
+
+
+def _pidfd_works() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+_reapers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Reaper] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _reaper() -> _Reaper:
+    loop = asyncio.get_running_loop()
+    reaper = _reapers.get(loop)
+    if reaper is None:
+        reaper = _reapers[loop] = _Reaper(loop)
+    return reaper

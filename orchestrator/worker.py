@@ -1,0 +1,514 @@
+"""The agent a pilot runs on each node: ``leadtime worker --manager HOST:PORT``.
+
+It learns its capacity from Slurm's environment (or flags), connects to the
+manager, proves it belongs to the run, registers, heartbeats, and runs the
+attempts it is sent, several at once within its capacity. The manager
+decides placement; an attempt that does not fit what is free is refused
+with a clear error. It leaves cleanly (exit code 0) when the manager asks,
+on SIGTERM, or when its pilot's time is up (it stops taking tasks a margin
+before). If the manager vanishes, the worker kills its running attempts
+(the manager has counted them lost) and tries to reconnect; after
+``connect_timeout_s`` without a manager it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from learners.resources import PACKED, Resources
+from orchestrator import clock, protocol
+from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
+from orchestrator.protocol import (
+    AuthError,
+    Channel,
+    ProtocolError,
+    Registration,
+    Welcome,
+    lost,
+)
+from orchestrator.taskrun import Keep, Runner, RunnerConfig
+
+log = logging.getLogger(__name__)
+
+EXIT_RELEASED = 0
+EXIT_USAGE = 2
+EXIT_MANAGER_GONE = 3
+EXIT_REFUSED = 4
+
+
+class OptionsError(ValueError):
+    """A worker option or its environment is wrong (a user error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """Everything the agent needs; build it with :func:`make_options`."""
+
+    manager: tuple[str, int]
+    secret: bytes = field(repr=False)
+    root: Path
+    worker_id: str
+    capacity: Resources
+    pilot_id: str = ""
+    end_time: float | None = None
+    """Unix time the pilot ends, if known."""
+    connect_timeout_s: float = 120.0
+    """How long to keep trying to reach a manager (at start, or after losing it)."""
+    drain_margin_s: float = 60.0
+    """Stop taking tasks this long before ``end_time``."""
+    keep_sandboxes: Keep = "failure"
+    kill_grace_s: float = 1.0
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    cgroups: bool = True
+    """Use cgroup v2 ``memory.max`` as a backstop where the system delegates it."""
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise OptionsError(f"--manager must be HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def detect_capacity(
+    environ: Mapping[str, str],
+    root: Path,
+    cores: float | None = None,
+    memory: float | None = None,
+    disk: float | None = None,
+) -> Resources:
+    """Cores, memory (MB) and disk (MB): flags, else Slurm's environment, else this machine.
+
+    Disk is the free space under the sandbox root.
+    """
+    if cores is None:
+        cores = _slurm_number(environ, "SLURM_CPUS_ON_NODE")
+    if cores is None:
+        cores = float(len(os.sched_getaffinity(0)))
+    if memory is None:
+        memory = _slurm_number(environ, "SLURM_MEM_PER_NODE")
+    if memory is None:
+        per_cpu = _slurm_number(environ, "SLURM_MEM_PER_CPU")
+        memory = None if per_cpu is None else per_cpu * cores
+    if memory is None:
+        memory = psutil.virtual_memory().available / MB
+    if disk is None:
+        disk = shutil.disk_usage(root).free / MB
+    capacity = Resources(cores, memory, disk)
+    for name in ("cores", "memory", "disk"):
+        if not capacity[name] > 0:
+            raise OptionsError(f"the worker's {name} must be positive, got {capacity[name]}")
+    return capacity
+
+
+def detect_end_time(
+    environ: Mapping[str, str],
+    now: float,
+    end_time: float | None = None,
+    time_limit_s: float | None = None,
+) -> float | None:
+    """When the pilot ends (Unix time): a flag, Slurm's environment, or start + time limit."""
+    if end_time is not None:
+        return end_time
+    slurm_end = _slurm_number(environ, "SLURM_JOB_END_TIME")
+    if slurm_end is not None:
+        return slurm_end
+    if time_limit_s is not None:
+        start = _slurm_number(environ, "SLURM_JOB_START_TIME")
+        return (now if start is None else start) + time_limit_s
+    return None
+
+
+def _slurm_number(environ: Mapping[str, str], name: str) -> float | None:
+    value = environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError as e:
+        raise OptionsError(f"${name} is not a number: {value!r}") from e
+
+
+def make_options(
+    manager: str,
+    *,
+    secret_file: Path | None = None,
+    root: Path | None = None,
+    worker_id: str | None = None,
+    pilot_id: str | None = None,
+    cores: float | None = None,
+    memory: float | None = None,
+    disk: float | None = None,
+    end_time: float | None = None,
+    time_limit: float | None = None,
+    connect_timeout: float = 120.0,
+    drain_margin: float = 60.0,
+    keep_sandboxes: Keep = "failure",
+    sample_interval: float = 1.0,
+    first_sample: float = 0.1,
+    cgroups: bool = True,
+    environ: Mapping[str, str] = os.environ,
+) -> WorkerOptions:
+    """Worker options from flag values (``None``: detect), for ``main`` and the CLI alike."""
+    try:
+        secret = protocol.load_secret(secret_file, environ)
+    except protocol.SecretError as e:
+        raise OptionsError(str(e)) from e
+    hostname = socket.gethostname()
+    worker_id = worker_id or f"{hostname}-{os.getpid()}"
+    if root is None:
+        base = environ.get("SLURM_TMPDIR") or environ.get("TMPDIR") or tempfile.gettempdir()
+        root = Path(base) / f"leadtime-{worker_id}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OptionsError(f"cannot create the sandbox root {root}: {e.strerror}") from e
+    if keep_sandboxes not in ("never", "failure", "always"):
+        raise OptionsError("--keep-sandboxes must be never, failure or always")
+    try:
+        monitor = MonitorConfig(interval_s=sample_interval, first_sample_s=first_sample)
+    except ValueError as e:
+        raise OptionsError(f"sampling: {e}") from e
+    return WorkerOptions(
+        manager=parse_address(manager),
+        secret=secret,
+        root=root,
+        worker_id=worker_id,
+        capacity=detect_capacity(environ, root, cores, memory, disk),
+        pilot_id=pilot_id if pilot_id is not None else environ.get("SLURM_JOB_ID", ""),
+        end_time=detect_end_time(environ, clock.wall(), end_time, time_limit),
+        connect_timeout_s=connect_timeout,
+        drain_margin_s=drain_margin,
+        keep_sandboxes=keep_sandboxes,
+        monitor=monitor,
+        cgroups=cgroups,
+    )
+
+
+class CoreSet:
+    """Which of the worker's cores each task is pinned to: the least loaded ones.
+
+    A task of ``c`` cores gets ``ceil(c)`` cores, each loaded by ``c / ceil(c)``;
+    with whole-core allocations within capacity every task has cores of its own.
+    """
+
+    def __init__(self, cpus: Sequence[int]) -> None:
+        self.load = dict.fromkeys(sorted(cpus), 0.0)
+
+    def take(self, cores: float) -> frozenset[int] | None:
+        if cores <= 0 or not self.load:
+            return None
+        count = min(len(self.load), max(1, math.ceil(cores - 1e-9)))
+        chosen = sorted(self.load, key=lambda cpu: (self.load[cpu], cpu))[:count]
+        for cpu in chosen:
+            self.load[cpu] += cores / count
+        return frozenset(chosen)
+
+    def give(self, cpus: frozenset[int] | None, cores: float) -> None:
+        for cpu in cpus or ():
+            self.load[cpu] -= cores / len(cpus)
+
+
+class Agent:
+    """One worker: a connection to the manager and the attempts it runs."""
+
+    def __init__(self, options: WorkerOptions, cgroups: MemoryCgroups | None = None) -> None:
+        self.options = options
+        self.capacity = options.capacity
+        self.free = options.capacity
+        affinity = sorted(os.sched_getaffinity(0))
+        self.cores = CoreSet(affinity[: max(1, math.ceil(options.capacity.cores))])
+        self.runner = Runner(
+            RunnerConfig(
+                root=options.root,
+                keep_sandboxes=options.keep_sandboxes,
+                kill_grace_s=options.kill_grace_s,
+            ),
+            Monitor(options.monitor),
+            cgroups=cgroups,
+        )
+        self.attempts: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self.leaving: str | None = None
+        """Why the worker is leaving, once it is (it takes no new tasks then)."""
+        self._channel: Channel | None = None
+        self._released = False
+
+    async def serve(self) -> int:
+        """Work until released (0), refused (4) or without a manager for too long (3)."""
+        timers = self._end_timers()
+        try:
+            while not self.leaving:
+                try:
+                    connection = await self._connect()
+                except AuthError as e:
+                    log.error("%s", e)
+                    return EXIT_REFUSED
+                except TimeoutError:
+                    log.error(
+                        "no manager at %s:%d for %.0fs; giving up",
+                        *self.options.manager,
+                        self.options.connect_timeout_s,
+                    )
+                    return EXIT_MANAGER_GONE
+                if connection is None:
+                    break
+                await self._session(*connection)
+                if self._released:
+                    break
+                await self._stop_all("lost contact with the manager")
+            await self._stop_all(self.leaving or "leaving")
+            await self.runner.settle()
+            return EXIT_RELEASED
+        finally:
+            for timer in timers:
+                timer.cancel()
+
+    def drain(self, reason: str) -> None:
+        """Take no more tasks; leave once the running ones are done."""
+        if self.leaving is None:
+            self.leaving = reason
+            log.info("draining: %s", reason)
+            if self._channel is not None:
+                self._channel.send("draining", reason=reason)
+        self._leave_if_idle()
+
+    def shutdown(self, reason: str) -> None:
+        """Kill the running tasks (reported lost) and leave."""
+        self.drain(reason)
+        self.runner.stop_all(f"worker shut down: {reason}")
+
+    # --- connection -------------------------------------------------------------------------
+
+    async def _connect(self) -> tuple[Channel, Welcome] | None:
+        """A registered connection, retrying with backoff; None if we left meanwhile."""
+        host, port = self.options.manager
+        deadline = clock.now() + self.options.connect_timeout_s
+        delay = 0.05
+        while not self.leaving:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - clock.now())):
+                    reader, writer = await asyncio.open_connection(host, port)
+                    channel = Channel(reader, writer)
+                    try:
+                        welcome = await protocol.offer(
+                            channel, self.options.secret, self._registration()
+                        )
+                    except BaseException:
+                        await channel.close()
+                        raise
+                log.info("registered with the manager at %s:%d as %s", host, port, self.id)
+                return channel, welcome
+            except AuthError:
+                raise
+            except (OSError, ProtocolError, asyncio.IncompleteReadError) as e:
+                log.info("cannot register with %s:%d yet: %s", host, port, e)
+            if clock.now() + delay > deadline:
+                raise TimeoutError
+            await clock.sleep(delay)
+            delay = min(2 * delay, 5.0)
+        return None
+
+    @property
+    def id(self) -> str:
+        return self.options.worker_id
+
+    def _registration(self) -> Registration:
+        return Registration(
+            worker_id=self.id,
+            pilot_id=self.options.pilot_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            capacity=self.capacity,
+            end_time=self.options.end_time,
+        )
+
+    async def _session(self, channel: Channel, welcome: Welcome) -> None:
+        self._channel = channel
+        heartbeat = asyncio.create_task(self._heartbeat(channel, welcome))
+        try:
+            while True:
+                message = await channel.receive()
+                kind = message["t"]
+                if kind == "run":
+                    for spec in protocol.specs(message):
+                        self._start(spec)
+                elif kind == "cancel":
+                    for task_id, attempt in protocol.keys(message):
+                        self.runner.stop(task_id, attempt, "cancelled by the manager")
+                elif kind == "drain":
+                    self.drain("the manager asked")
+                elif kind == "shutdown":
+                    self.shutdown("the manager asked")
+                elif kind != "hb":
+                    raise ProtocolError(f"unexpected {kind!r} message from the manager")
+        except (asyncio.IncompleteReadError, ConnectionError) as e:
+            if not self._released:
+                log.warning("lost the manager: %s", e or "connection closed")
+        except ProtocolError as e:
+            log.error("bad message from the manager: %s", e)
+        finally:
+            self._channel = None
+            heartbeat.cancel()
+            await channel.close()
+
+    async def _heartbeat(self, channel: Channel, welcome: Welcome) -> None:
+        reason = await channel.keep_alive(welcome.heartbeat_s, welcome.timeout_s)
+        log.warning("the manager: %s", reason)
+
+    def _end_timers(self) -> list[asyncio.TimerHandle]:
+        end = self.options.end_time
+        if end is None:
+            return []
+        loop = asyncio.get_running_loop()
+        end_loop = clock.from_epoch(end)
+        return [
+            loop.call_at(end_loop - self.options.drain_margin_s, self.drain, "the pilot ends soon"),
+            loop.call_at(end_loop, self.shutdown, "the pilot's time is up"),
+        ]
+
+    # --- attempts ---------------------------------------------------------------------------
+
+    def _start(self, spec: AttemptSpec) -> None:
+        key = (spec.task_id, spec.attempt)
+        if key in self.attempts:
+            log.error("attempt %d of %s is already running; ignored", spec.attempt, spec.task_id)
+            return
+        if self.leaving:
+            self._report(lost(spec.task_id, spec.attempt, 0.0, f"worker leaving: {self.leaving}"))
+            return
+        allocation = spec.allocation
+        if not allocation.fits_in(self.free):
+            self._report(self._refused(spec))
+            return
+        self.free = self.free.minus(allocation)
+        cpus = self.cores.take(allocation.cores)
+        self.attempts[key] = asyncio.create_task(self._run(spec, cpus))
+
+    async def _run(self, spec: AttemptSpec, cpus: frozenset[int] | None) -> None:
+        try:
+            result = await self.runner.run(spec, cpus)
+        except Exception as e:
+            log.exception("attempt %d of %s", spec.attempt, spec.task_id)
+            result = lost(spec.task_id, spec.attempt, 0.0, f"worker error: {e!r}")
+        finally:
+            self.free = self.free.plus(spec.allocation)
+            self.cores.give(cpus, spec.allocation.cores)
+            del self.attempts[(spec.task_id, spec.attempt)]
+        self._report(result)
+        self._leave_if_idle()
+
+    def _refused(self, spec: AttemptSpec) -> AttemptResult:
+        a, free = spec.allocation, self.free
+        short = ", ".join(
+            f"{r} {a[r]:g} > {free[r]:g} free" for r in PACKED if a[r] > free[r] + 1e-9
+        )
+        return AttemptResult(
+            task_id=spec.task_id,
+            attempt=spec.attempt,
+            outcome=Outcome.FAILED,
+            peak=Resources(wall=0.0),
+            output_tail=f"[leadtime] worker {self.id} refused the attempt: {short}",
+        )
+
+    def _report(self, result: AttemptResult) -> None:
+        if self._channel is not None:
+            self._channel.post("result", protocol.result_item(result))
+
+    def _leave_if_idle(self) -> None:
+        channel = self._channel
+        if self.leaving is None or self.attempts or channel is None or self._released:
+            return
+        self._released = True
+        channel.send("bye", reason=self.leaving)
+        channel.writer.close()
+
+    async def _stop_all(self, reason: str) -> None:
+        self.runner.stop_all(reason)
+        if self.attempts:
+            await asyncio.gather(*self.attempts.values(), return_exceptions=True)
+
+
+async def serve(options: WorkerOptions) -> int:
+    """Run this process as a worker until it is released; its exit code.
+
+    SIGTERM (Slurm's warning at the time limit) and SIGINT release it cleanly.
+    """
+    agent = Agent(options, MemoryCgroups.detect() if options.cgroups else None)
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, agent.shutdown, sig.name)
+    try:
+        return await agent.serve()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="leadtime worker",
+        allow_abbrev=False,
+        description="Run tasks for a leadtime manager. The run's secret comes from "
+        f"--secret-file or ${protocol.SECRET_ENV}, never from the command line.",
+    )
+    p.add_argument("--manager", required=True, help="HOST:PORT of the manager")
+    p.add_argument("--secret-file", type=Path, help="file (mode 600) holding the run's secret")
+    p.add_argument(
+        "--root",
+        type=Path,
+        help="directory for task sandboxes (default: $SLURM_TMPDIR, $TMPDIR or /tmp, "
+        "under leadtime-WORKER_ID)",
+    )
+    p.add_argument("--worker-id", help="default: HOSTNAME-PID")
+    p.add_argument("--pilot-id", help="default: $SLURM_JOB_ID")
+    p.add_argument("--cores", type=float, help="default: $SLURM_CPUS_ON_NODE or usable CPUs")
+    p.add_argument("--memory", type=float, help="MB; default: $SLURM_MEM_PER_NODE or available")
+    p.add_argument("--disk", type=float, help="MB; default: free space under --root")
+    p.add_argument("--end-time", type=float, help="Unix time the pilot ends")
+    p.add_argument("--time-limit", type=float, help="seconds from the job's start to its end")
+    p.add_argument("--connect-timeout", type=float, default=120.0)
+    p.add_argument("--drain-margin", type=float, default=60.0)
+    p.add_argument("--keep-sandboxes", choices=("never", "failure", "always"), default="failure")
+    p.add_argument("--sample-interval", type=float, default=1.0)
+    p.add_argument("--first-sample", type=float, default=0.1)
+    p.add_argument("--no-cgroups", dest="cgroups", action="store_false")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = vars(_parser().parse_args(argv))
+    level = args.pop("log_level").upper()
+    logging.basicConfig(
+        level=level if level in logging.getLevelNamesMapping() else "INFO",
+        format="%(asctime)s leadtime-worker[%(process)d] %(levelname)s %(message)s",
+    )
+    try:
+        options = make_options(**args)
+    except OptionsError as e:
+        print(f"leadtime worker: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(serve(options))
+    return EXIT_RELEASED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,562 @@
+"""Running attempts and the worker agent, against a real manager and real processes."""
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import socket
+import sys
+import time
+
+import pytest
+
+from learners.resources import Resources
+from orchestrator import clock, protocol, taskrun
+from orchestrator.attempt import AttemptSpec, Outcome
+from orchestrator.manager import Manager
+from orchestrator.monitor import Monitor, MonitorConfig
+from orchestrator.taskrun import STDOUT, Runner, RunnerConfig, expand_command, sandbox_name
+from orchestrator.worker import (
+    EXIT_MANAGER_GONE,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    Agent,
+    CoreSet,
+    OptionsError,
+    WorkerOptions,
+    detect_capacity,
+    detect_end_time,
+    main,
+    make_options,
+)
+
+SECRET = bytes(range(100, 132))
+FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
+SMALL = Resources(1, 200, 50)
+
+
+def spec(task_id: str, command: str, allocation: Resources = SMALL, attempt: int = 0):
+    return AttemptSpec(task_id, attempt, command, allocation)
+
+
+# --- running one attempt ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def runner(tmp_path):
+    environ = {**os.environ, protocol.SECRET_ENV: SECRET.hex()}
+    return Runner(RunnerConfig(root=tmp_path / "sb"), Monitor(FAST), environ=environ)
+
+
+async def test_a_failing_command_reports_its_exit_code_and_last_lines(runner):
+    command = "for i in $(seq 1 50); do echo line$i; done; echo oops >&2; exit 3"
+    result = await runner.run(spec("bad", command))
+    assert result.outcome is Outcome.FAILED
+    assert result.exit_code == 3
+    assert result.exhaustion is None
+    assert "line50" in result.output_tail and "line30" not in result.output_tail
+    assert result.output_tail.endswith("[stderr]\noops")
+    assert (runner.sandbox(spec("bad", "")) / STDOUT).exists()  # kept for a look
+
+
+async def test_success_cleans_its_sandbox_and_reports_no_tail(runner):
+    result = await runner.run(spec("good", "echo fine; touch made"))
+    assert (result.outcome, result.exit_code, result.output_tail) == (Outcome.SUCCESS, 0, "")
+    await runner.settle()
+    assert not runner.sandbox(spec("good", "")).exists()
+    assert result.peak.wall > 0 and result.peak.memory > 0
+
+
+async def test_a_command_killed_by_its_own_signal_failed(runner):
+    result = await runner.run(spec("segv", "kill -SEGV $$"))
+    assert (result.outcome, result.exit_code) == (Outcome.FAILED, -signal.SIGSEGV)
+
+
+async def test_environment_and_sandbox(tmp_path):
+    environ = {**os.environ, protocol.SECRET_ENV: SECRET.hex(), "KEEP_ME": "yes"}
+    runner = Runner(
+        RunnerConfig(root=tmp_path, keep_sandboxes="always"), Monitor(FAST), environ=environ
+    )
+    task = AttemptSpec("stage/7", 2, "env; echo cwd=$(pwd)", Resources(1.5, 2e6, 40), "cat")
+    result = await runner.run(task)
+    assert result.outcome is Outcome.SUCCESS
+    sandbox = runner.sandbox(task)
+    assert sandbox.parent == tmp_path and sandbox.name.endswith(".2")
+    lines = (sandbox / STDOUT).read_text().splitlines()
+    env = dict(line.split("=", 1) for line in lines if "=" in line)
+    assert env["LEADTIME_TASK_ID"] == "stage/7"
+    assert env["LEADTIME_ATTEMPT"] == "2"
+    assert env["LEADTIME_CATEGORY"] == "cat"
+    assert env["LEADTIME_CORES"] == "1.5"
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "2"
+    assert env["LEADTIME_MEMORY_MB"] == "2000000"
+    assert env["LEADTIME_DISK_MB"] == "40"
+    assert env["LEADTIME_SANDBOX"] == env["TMPDIR"] == env["cwd"] == str(sandbox)
+    assert env["KEEP_ME"] == "yes"
+    assert protocol.SECRET_ENV not in env
+
+
+def test_sandbox_names_are_safe_and_distinct():
+    assert sandbox_name("stage.12", 0) == "stage.12.0"
+    assert "/" not in sandbox_name("a/b", 1)
+    assert sandbox_name("a/b", 1) != sandbox_name("a_b", 1)
+    assert not sandbox_name("..", 0).startswith(".")
+
+
+async def test_templated_parameters_reach_the_task_verbatim(runner, tmp_path):
+    hostile = ["x y; touch pwned", "$(touch pwned)", "`touch pwned`", 'it\'s "quoted"', "a\nb", ""]
+    values = {f"p{i}": v for i, v in enumerate(hostile)}
+    template = "printf '%s\\0' " + " ".join(f"{{p{i}}}" for i in range(len(hostile)))
+    task = spec("quote", expand_command(template, values) + f" > {tmp_path}/out")
+    result = await runner.run(task)
+    assert result.outcome is Outcome.SUCCESS
+    assert (tmp_path / "out").read_bytes().split(b"\0")[:-1] == [v.encode() for v in hostile]
+    assert not list(tmp_path.rglob("pwned"))
+
+
+def test_a_template_naming_an_unknown_parameter_is_an_error():
+    with pytest.raises(ValueError, match=r"unknown parameter \{sample\}"):
+        expand_command("run {item} {sample}", {"item": "a"})
+
+
+def test_shell_braces_are_not_parameters():
+    template = "awk '{print $1}' {item} > ${HOME}/{a,b}.txt"
+    expected = "awk '{print $1}' 'x y' > ${HOME}/{a,b}.txt"
+    assert expand_command(template, {"item": "x y"}) == expected
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+async def test_a_task_is_pinned_to_its_cores(runner, tmp_path):
+    cpu = max(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    task = spec("pin", f"grep Cpus_allowed_list /proc/self/status > {tmp_path}/cpus")
+    assert (await runner.run(task, frozenset({cpu}))).outcome is Outcome.SUCCESS
+    assert (tmp_path / "cpus").read_text().split()[-1] == str(cpu)
+    assert os.sched_getaffinity(0) == before
+
+
+def test_core_set_gives_whole_cores_their_own_and_shares_fractions():
+    cores = CoreSet([0, 1, 2, 3])
+    a = cores.take(2)
+    b = cores.take(1)
+    assert len(a) == 2 and len(b) == 1 and not a & b
+    half = cores.take(0.5)
+    other_half = cores.take(0.5)
+    assert half == other_half and not half & (a | b)
+    cores.give(a, 2)
+    assert cores.take(2) == a
+    assert cores.take(0) is None
+    assert len(cores.take(16)) == 4
+
+
+# --- capacity and options --------------------------------------------------------------------
+
+
+def test_capacity_from_slurm(tmp_path):
+    slurm = {"SLURM_CPUS_ON_NODE": "8", "SLURM_MEM_PER_NODE": "16000"}
+    capacity = detect_capacity(slurm, tmp_path)
+    assert (capacity.cores, capacity.memory) == (8, 16000)
+    assert capacity.disk > 0
+    per_cpu = {"SLURM_CPUS_ON_NODE": "4", "SLURM_MEM_PER_CPU": "1000"}
+    assert detect_capacity(per_cpu, tmp_path).memory == 4000
+    flags = detect_capacity(slurm, tmp_path, cores=2, memory=100, disk=10)
+    assert flags == Resources(2, 100, 10)
+
+
+def test_capacity_without_slurm_is_this_machine(tmp_path):
+    capacity = detect_capacity({}, tmp_path)
+    assert capacity.cores == len(os.sched_getaffinity(0))
+    assert capacity.memory > 0
+
+
+def test_bad_slurm_values_are_named(tmp_path):
+    with pytest.raises(OptionsError, match="SLURM_CPUS_ON_NODE"):
+        detect_capacity({"SLURM_CPUS_ON_NODE": "many"}, tmp_path)
+    with pytest.raises(OptionsError, match="cores must be positive"):
+        detect_capacity({}, tmp_path, cores=0)
+
+
+def test_end_time_sources():
+    assert detect_end_time({}, now=1000.0) is None
+    assert detect_end_time({}, now=1000.0, time_limit_s=60) == 1060.0
+    assert detect_end_time({"SLURM_JOB_START_TIME": "900"}, 1000.0, time_limit_s=60) == 960.0
+    assert detect_end_time({"SLURM_JOB_END_TIME": "5000"}, 1000.0, time_limit_s=60) == 5000.0
+    assert detect_end_time({"SLURM_JOB_END_TIME": "5000"}, 1000.0, end_time=7.0) == 7.0
+
+
+def test_options_need_a_secret(tmp_path):
+    with pytest.raises(OptionsError, match="no secret"):
+        make_options("localhost:1234", root=tmp_path, environ={})
+    with pytest.raises(OptionsError, match="HOST:PORT"):
+        make_options("localhost", root=tmp_path, environ={protocol.SECRET_ENV: SECRET.hex()})
+
+
+def test_options_from_flags_and_environment(tmp_path):
+    environ = {protocol.SECRET_ENV: SECRET.hex(), "SLURM_JOB_ID": "77", "SLURM_CPUS_ON_NODE": "3"}
+    options = make_options("node1:4000", root=tmp_path, memory=500, environ=environ)
+    assert options.manager == ("node1", 4000)
+    assert options.secret == SECRET
+    assert (options.pilot_id, options.capacity.cores, options.capacity.memory) == ("77", 3, 500)
+    assert SECRET.hex() not in repr(options)
+
+
+def test_main_reports_user_errors_without_a_traceback(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(protocol.SECRET_ENV, raising=False)
+    assert main(["--manager", "localhost:1", "--root", str(tmp_path)]) == EXIT_USAGE
+    assert "no secret" in capsys.readouterr().err
+
+
+# --- agents and the manager ------------------------------------------------------------------
+
+
+def options(address, root, worker_id="w1", capacity=None, **kw):
+    return WorkerOptions(
+        manager=address,
+        secret=SECRET,
+        root=root,
+        worker_id=worker_id,
+        capacity=capacity or Resources(3, 1000, 1000),
+        kill_grace_s=0.5,
+        monitor=FAST,
+        **{"connect_timeout_s": 5.0, **kw},
+    )
+
+
+class Cluster:
+    """A manager with in-process agents; joins and leaves recorded."""
+
+    def __init__(self, tmp_path, **manager_options):
+        self.tmp_path = tmp_path
+        self.joined: asyncio.Queue = asyncio.Queue()
+        self.left: asyncio.Queue = asyncio.Queue()
+        self.manager = Manager(
+            SECRET,
+            heartbeat_s=0.1,
+            timeout_s=0.6,
+            on_join=self.joined.put_nowait,
+            on_leave=lambda worker, reason: self.left.put_nowait((worker.id, reason)),
+            **manager_options,
+        )
+        self.agents: list[asyncio.Task] = []
+
+    async def __aenter__(self):
+        await self.manager.start()
+        return self
+
+    async def __aexit__(self, *exc):
+        for worker in list(self.manager.workers.values()):
+            await worker.shutdown()
+        await self.manager.close()
+        await asyncio.gather(*self.agents, return_exceptions=True)
+
+    async def agent(self, worker_id="w1", **kw):
+        agent = Agent(options(self.manager.address, self.tmp_path / worker_id, worker_id, **kw))
+        self.agents.append(asyncio.create_task(agent.serve()))
+        worker = await asyncio.wait_for(self.joined.get(), 5)
+        return agent, worker
+
+
+def timed(path, seconds=0.5):
+    """A command that records when it ran."""
+    return f"date +%s.%N >> {path}; sleep {seconds}; date +%s.%N >> {path}"
+
+
+async def test_tasks_run_concurrently_within_capacity(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent(capacity=Resources(3, 1000, 1000))
+        assert worker.capacity == Resources(3, 1000, 1000)
+        tasks = [spec(f"t{i}", timed(tmp_path / f"t{i}")) for i in range(3)]
+        results = await asyncio.gather(*(worker.run(t) for t in tasks))
+        assert [r.outcome for r in results] == [Outcome.SUCCESS] * 3
+        spans = [list(map(float, (tmp_path / f"t{i}").read_text().split())) for i in range(3)]
+        assert max(start for start, _ in spans) < min(end for _, end in spans)
+
+
+async def test_a_malformed_spec_is_refused_before_it_costs_the_connection(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent()
+        with pytest.raises(ValueError, match="allocation"):
+            await worker.run(spec("nan", "true", Resources(1, math.nan, 10)))
+        with pytest.raises(ValueError, match="command"):
+            await worker.run(spec("huge", "x" * (protocol.MAX_COMMAND + 1)))
+        assert (await worker.run(spec("fine", "true"))).outcome is Outcome.SUCCESS
+
+
+async def test_an_attempt_beyond_free_capacity_is_refused(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent(capacity=Resources(2, 1000, 1000))
+        busy = asyncio.create_task(worker.run(spec("busy", "sleep 0.5", Resources(2, 100, 10))))
+        await asyncio.sleep(0.1)
+        refused = await worker.run(spec("more", "true", Resources(1, 100, 10)))
+        assert refused.outcome is Outcome.FAILED
+        assert "refused" in refused.output_tail and "cores 1 > 0 free" in refused.output_tail
+        assert (await busy).outcome is Outcome.SUCCESS
+        again = await worker.run(spec("more", "true", Resources(1, 100, 10), attempt=1))
+        assert again.outcome is Outcome.SUCCESS
+
+
+async def test_many_short_tasks_on_two_workers(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, first = await cluster.agent("a")
+        _, second = await cluster.agent("b")
+        workers = [first, second]
+        tasks = [spec(f"t{i}", f"echo {i}", Resources(0.02, 9, 1)) for i in range(200)]
+        results = await asyncio.gather(*(workers[i % 2].run(t) for i, t in enumerate(tasks)))
+        assert all(r.outcome is Outcome.SUCCESS for r in results)
+        assert [r.task_id for r in results] == [t.task_id for t in tasks]
+
+
+async def test_cancelling_a_run_kills_the_attempt(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        agent, worker = await cluster.agent()
+        marker = tmp_path / "finished"
+        run = asyncio.create_task(worker.run(spec("long", f"sleep 2; touch {marker}")))
+        await asyncio.sleep(0.2)
+        assert agent.runner.running == 1
+        run.cancel()
+        for _ in range(100):
+            if agent.runner.running == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert agent.runner.running == 0
+        assert worker.running == 0 and not marker.exists()
+        assert (await worker.run(spec("next", "true"))).outcome is Outcome.SUCCESS
+
+
+async def test_drain_lets_running_tasks_finish(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent()
+        running = asyncio.create_task(worker.run(spec("t", "sleep 0.3")))
+        await asyncio.sleep(0.1)
+        reason = await worker.drain()
+        assert (await running).outcome is Outcome.SUCCESS
+        assert reason.startswith("released")
+        assert await cluster.agents[0] == 0
+        assert (await worker.run(spec("late", "true"))).outcome is Outcome.LOST
+        assert await cluster.left.get() == ("w1", reason)
+
+
+async def test_shutdown_kills_running_tasks_as_lost(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent()
+        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        await asyncio.sleep(0.2)
+        await worker.shutdown()
+        result = await running
+        assert result.outcome is Outcome.LOST
+        assert "shut down" in result.output_tail
+        assert await cluster.agents[0] == 0
+
+
+async def test_strangers_are_refused_and_the_run_goes_on(tmp_path):
+    async with Cluster(tmp_path, handshake_timeout_s=1.0) as cluster:
+        _, worker = await cluster.agent()
+        running = asyncio.create_task(worker.run(spec("during", "sleep 0.5")))
+        host, port = cluster.manager.address
+
+        # 1. a client without the run's secret
+        reader, writer = await asyncio.open_connection(host, port)
+        with pytest.raises(protocol.AuthError):
+            await protocol.offer(
+                protocol.Channel(reader, writer),
+                bytes(32),
+                protocol.Registration("intruder", "", "x", 1, Resources(1, 1, 1), None),
+            )
+        writer.close()
+        # 2. random bytes
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(os.urandom(4096))
+        assert await asyncio.wait_for(reader.read(), 2) == b""
+        writer.close()
+        # 3. an oversized frame (header only: the manager must not wait for the body)
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write((protocol.MAX_FRAME * 4).to_bytes(4, "big"))
+        assert await asyncio.wait_for(reader.read(), 2) == b""
+        writer.close()
+
+        assert (await running).outcome is Outcome.SUCCESS
+        assert (await worker.run(spec("after", "true"))).outcome is Outcome.SUCCESS
+        assert list(cluster.manager.workers) == ["w1"]
+        for _ in range(50):  # the intruder's own close is noticed a moment later
+            if cluster.manager.rejected == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert cluster.manager.rejected == 3
+
+
+async def test_a_worker_drains_before_its_pilot_ends(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        end = clock.wall() + 1.0
+        _, worker = await cluster.agent(end_time=end, drain_margin_s=0.6)
+        assert worker.end_time == pytest.approx(clock.now() + 1.0, abs=0.2)
+        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        await asyncio.sleep(0.6)
+        assert worker.draining and not worker.accepting
+        assert (await worker.run(spec("late", "true"))).outcome is Outcome.LOST
+        result = await running  # still running at the end
+        assert result.outcome is Outcome.LOST and "time is up" in result.output_tail
+        assert await cluster.agents[0] == 0
+        assert (await cluster.left.get())[1] == "released: the pilot ends soon"
+
+
+async def test_a_worker_reconnects_to_a_new_manager(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        agent, worker = await cluster.agent()
+        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        await asyncio.sleep(0.2)
+        port = cluster.manager.address[1]
+        await cluster.manager.close()
+        assert (await running).outcome is Outcome.LOST
+        joined = asyncio.Queue()
+        async with Manager(SECRET, port=port, heartbeat_s=0.1, on_join=joined.put_nowait):
+            worker = await asyncio.wait_for(joined.get(), 5)
+            assert agent.runner.running == 0  # its attempt died with the old connection
+            assert (await worker.run(spec("next", "true"))).outcome is Outcome.SUCCESS
+            await worker.shutdown()
+        assert await cluster.agents[0] == 0
+
+
+async def test_a_worker_gives_up_without_a_manager(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent(connect_timeout_s=0.5)
+        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        await asyncio.sleep(0.2)
+        await cluster.manager.close()
+        assert (await running).outcome is Outcome.LOST
+        assert await asyncio.wait_for(cluster.agents[0], 5) == EXIT_MANAGER_GONE
+
+
+# --- worker processes ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start_worker(address, tmp_path, *extra, env=None, secret_file=None):
+    args = [
+        "--manager",
+        f"{address[0]}:{address[1]}",
+        "--root",
+        str(tmp_path / "worker"),
+        "--cores",
+        "2",
+        "--memory",
+        "1000",
+        "--disk",
+        "1000",
+        "--sample-interval",
+        "0.2",
+        "--first-sample",
+        "0.05",
+        "--connect-timeout",
+        "5",
+        *extra,
+    ]
+    if secret_file is not None:
+        args += ["--secret-file", str(secret_file)]
+    environ = {k: v for k, v in os.environ.items() if k != protocol.SECRET_ENV}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "orchestrator.worker", *args, env={**environ, **(env or {})}
+    )
+
+
+@contextlib.asynccontextmanager
+async def process_cluster(tmp_path, **kw):
+    cluster = Cluster(tmp_path, **kw)
+    async with cluster:
+        process = await start_worker(
+            cluster.manager.address, tmp_path, env={protocol.SECRET_ENV: SECRET.hex()}
+        )
+        try:
+            worker = await asyncio.wait_for(cluster.joined.get(), 10)
+            yield cluster, process, worker
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
+    async with process_cluster(tmp_path) as (cluster, process, worker):
+        assert worker.pid == process.pid
+        assert (await worker.run(spec("first", "true"))).outcome is Outcome.SUCCESS
+        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        await asyncio.sleep(0.3)
+        process.send_signal(signal.SIGKILL)
+        result = await asyncio.wait_for(running, 5)
+        assert result.outcome is Outcome.LOST
+        assert "disconnected" in result.output_tail
+        assert (await cluster.left.get())[0] == worker.id
+
+
+async def test_a_frozen_worker_misses_heartbeats_and_is_lost(tmp_path):
+    async with process_cluster(tmp_path) as (cluster, process, worker):
+        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        await asyncio.sleep(0.3)
+        process.send_signal(signal.SIGSTOP)
+        try:
+            result = await asyncio.wait_for(running, 5)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.send_signal(signal.SIGCONT)
+        assert result.outcome is Outcome.LOST
+        assert "missed heartbeats" in result.output_tail
+        assert cluster.manager.workers == {}
+
+
+async def test_sigterm_releases_a_worker_cleanly(tmp_path):
+    async with process_cluster(tmp_path) as (cluster, process, worker):
+        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        await asyncio.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        result = await asyncio.wait_for(running, 5)
+        assert result.outcome is Outcome.LOST
+        assert "SIGTERM" in result.output_tail
+        assert await asyncio.wait_for(process.wait(), 5) == 0
+        assert "released" in (await cluster.left.get())[1]
+
+
+async def test_a_worker_with_a_secret_file_joins_and_a_wrong_one_is_refused(tmp_path):
+    good = protocol.write_secret(tmp_path / "good", SECRET)
+    bad = protocol.write_secret(tmp_path / "bad", bytes(32))
+    async with Cluster(tmp_path) as cluster:
+        intruder = await start_worker(cluster.manager.address, tmp_path, secret_file=bad)
+        assert await asyncio.wait_for(intruder.wait(), 10) == EXIT_REFUSED
+        assert cluster.manager.workers == {}
+        process = await start_worker(cluster.manager.address, tmp_path, secret_file=good)
+        worker = await asyncio.wait_for(cluster.joined.get(), 10)
+        result = await worker.run(spec("t", "echo $LEADTIME_SECRET; exit 1"))
+        assert SECRET.hex() not in result.output_tail
+        await worker.shutdown()
+        assert await asyncio.wait_for(process.wait(), 5) == 0
+
+
+async def test_a_worker_process_without_a_manager_exits(tmp_path):
+    address = ("127.0.0.1", free_port())
+    process = await start_worker(
+        address, tmp_path, "--connect-timeout", "0.5", env={protocol.SECRET_ENV: SECRET.hex()}
+    )
+    started = time.monotonic()
+    assert await asyncio.wait_for(process.wait(), 10) == EXIT_MANAGER_GONE
+    assert time.monotonic() - started < 5
+
+
+def test_the_secret_cannot_be_given_on_the_command_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["--manager", "localhost:1", "--secret", SECRET.hex()])
+    assert "unrecognized arguments: --secret" in capsys.readouterr().err
+
+
+async def test_children_are_reaped_on_sigchld_where_pidfds_are_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(taskrun, "_pidfd_works", lambda: False)  # a kernel older than 5.3
+    runner = Runner(RunnerConfig(root=tmp_path), Monitor(FAST))
+    tasks = [spec(f"ok{i}", "true") for i in range(30)]
+    tasks += [spec("bad", "exit 4"), spec("slow", "sleep 30", Resources(1, 200, 50, 0.3))]
+    results = {r.task_id: r for r in await asyncio.gather(*(runner.run(t) for t in tasks))}
+    assert all(results[f"ok{i}"].outcome is Outcome.SUCCESS for i in range(30))
+    assert (results["bad"].outcome, results["bad"].exit_code) == (Outcome.FAILED, 4)
+    assert results["slow"].exhaustion.resource == "wall"
