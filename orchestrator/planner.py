@@ -194,19 +194,20 @@ class Asa:
             pilots = [p for p in pilots if p.pilot_id not in cancelled]
         live = {s: p for p in pilots for s in p.stages}
         for view in _unserved(stages, pilots):
-            wait, prediction = self._prediction(view)
+            end: float | None = None
             after: tuple[str, ...] | None = ()
             if view.phase == Phase.WAITING:
                 end, after = self._inputs_end(view, stages), self._after(view, stages, live)
                 if end is None or after is None:
                     continue
-                if now < end - wait:
-                    wake.append(end - wait)
-                    notes.append(
-                        f"stage {view.name}: predicted wait {wait:,.0f} s, "
-                        f"submitting at t+{end - wait:,.0f} s"
-                    )
-                    continue
+            wait, prediction = self._prediction(view, now)
+            if end is not None and now < end - wait:
+                wake.append(end - wait)
+                notes.append(
+                    f"stage {view.name}: predicted wait {wait:,.0f} s, "
+                    f"submitting at t+{end - wait:,.0f} s"
+                )
+                continue
             actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
             notes.append(
                 f"stage {view.name}: predicted wait {wait:,.0f} s, submitting now"
@@ -215,7 +216,7 @@ class Asa:
             self._predictions.pop(view.name, None)
         return Plan(tuple(actions), min(wake, default=None), tuple(notes))
 
-    def _prediction(self, view: StageView) -> tuple[float, Any]:
+    def _prediction(self, view: StageView, now: float) -> tuple[float, Any]:
         if view.name not in self._predictions:
             self._predictions[view.name] = self.predict(view.allocation)
         return self._predictions[view.name]
@@ -266,14 +267,23 @@ TrueWait = Callable[[Allocation], float]
 
 @dataclass
 class Oracle(Asa):
-    """ASA with the true wait, from a what-if replay of the simulated queue: a lower bound."""
+    """ASA with the true wait, from a what-if replay of the simulated queue: a lower bound.
+
+    A what-if replay costs a fork of the simulator, so a stage's true wait is
+    recomputed only when ``refresh_s`` have passed since the last one.
+    """
 
     true_wait: TrueWait | None = None
+    refresh_s: float = 300.0
     name: str = "oracle"
+    _asked: dict[str, float] = field(default_factory=dict)
 
-    def _prediction(self, view: StageView) -> tuple[float, Any]:
+    def _prediction(self, view: StageView, now: float) -> tuple[float, Any]:
         assert self.true_wait is not None
-        return self.true_wait(view.allocation), None
+        if view.name not in self._predictions or now - self._asked[view.name] >= self.refresh_s:
+            self._predictions[view.name] = (self.true_wait(view.allocation), None)
+            self._asked[view.name] = now
+        return self._predictions[view.name]
 
 
 STRATEGIES = ("bigjob", "per-stage", "asa", "asa-naive", "oracle")
