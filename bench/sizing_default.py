@@ -4,9 +4,11 @@ Every sizer replays every task trace (the ipdps2024 ground truths, bioblast,
 lobster, coffea, k-Segments' eager and sarek with their memory series, five
 nf-core workflows) on 20 workers of 16 cores / 64,000 MB / 64,000 MB, doubled
 per resource where a trace's largest task needs it, under slow peaks (the
-worst case). A trace scores a sizer by its mean AWE over the resources it
-measured; the default is the best mean score over traces among the sizers
-whose retries average at most 10% of tasks.
+worst case), with limits fixed for an attempt's life as on the engine's
+backends (so k-Segments runs as the peak sizer the engine would run). A trace
+scores a sizer by its mean AWE over the resources it measured; the default is
+the best mean score over traces among the sizers whose retries average at most
+10% of tasks (and that leave no task unfit).
 
     python bench/sizing_default.py [--json] [--sizer a,b] [--workers 20]
     python bench/sizing_default.py --rows rows.json   # the report from saved --json rows
@@ -63,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         worker = widened(PAPER_WORKER, trace)
         for name in sizers:
             start = clock.monotonic()
-            (result,) = bench_sizing(trace, [name], workers=args.workers, worker=worker)
+            (result,) = bench_sizing(
+                trace, [name], workers=args.workers, worker=worker, time_varying=False
+            )
             rows.append(
                 {
                     "trace": trace.name,

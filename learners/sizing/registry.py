@@ -16,7 +16,13 @@ import numpy as np
 from learners.resources import PACKED, Resource, Resources
 from learners.sizing.baselines import UserRequest, WholeWorker
 from learners.sizing.bucketing import DEFAULTS, Bucketing
-from learners.sizing.composite import CategoryLearner, Composite, PerResource, Together
+from learners.sizing.composite import (
+    CategoryLearner,
+    Composite,
+    PerResource,
+    ResourceLearner,
+    Together,
+)
 from learners.sizing.ksegments import KSegments
 from learners.sizing.ponder import Ponder
 from learners.sizing.quantized import Quantized
@@ -135,7 +141,7 @@ def _factory(
 
 def _resource_learner(
     name: str, r: Resource, worker: Resources, rng: np.random.Generator, options: Mapping[str, Any]
-) -> Any:
+) -> ResourceLearner:
     capacity = worker[r]
     if name == "whole":
         return WholeWorker(capacity)
@@ -163,7 +169,7 @@ def _memory_only(
     others = tuple(r for r in resources if r != "memory")
     rest = _factory(companion, others, worker, rng, {}) if others else None
 
-    def memory() -> Any:
+    def memory() -> ResourceLearner:
         capacity = worker.memory
         if name == "ponder":
             return Ponder(capacity, **extra)
