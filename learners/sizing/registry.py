@@ -123,9 +123,8 @@ def _factory(
     if name in MEMORY_ONLY:
         return _memory_only(name, resources, worker, rng, options)
     if family == "tovar":
-        mode = {"max-seen": "max-seen", "min-waste": "min-waste", "max-xput": "max-throughput"}[
-            name.removesuffix("-doubling")
-        ]
+        base = name.removesuffix("-doubling")
+        mode = "max-throughput" if base == "max-xput" else base
         retry = "double" if name.endswith("-doubling") else "max"
         return lambda _: TovarCategory(
             mode,
