@@ -23,7 +23,7 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +31,15 @@ from learners.metrics import Usage
 from learners.resources import PACKED, Resource, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from learners.sizing.ksegments import Steps, first_failure, trapezoid
+
+
+@runtime_checkable
+class StepSizer(Protocol):
+    """A sizer that can also allocate memory over time (see ``Composite.memory_steps``)."""
+
+    def memory_steps(self, task: TaskFeatures) -> Steps | None: ...
+
+    def memory_retry(self, task: TaskFeatures, steps: Steps, failed_at: int) -> Steps: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +141,13 @@ def replay(
     resources: tuple[Resource, ...] = PACKED,
     use_series: bool = True,
     peaks: Literal["slow", "fast"] = "slow",
+    time_varying: bool = True,
 ) -> ReplayResult:
-    """Run every task of ``tasks`` to completion (or to :class:`Unfittable`) and account for it."""
+    """Run every task of ``tasks`` to completion (or to :class:`Unfittable`) and account for it.
+
+    ``time_varying=False`` plays an executor that cannot change a running task's
+    limit: sizers with a step function (k-Segments) allocate its peak.
+    """
     if peaks not in ("slow", "fast"):
         raise ValueError(f"peaks must be 'slow' or 'fast', not {peaks!r}")
     if workers < 1:
@@ -146,19 +160,20 @@ def replay(
     running: list[tuple[float, int, int, _Attempt]] = []
     learned = 0
     now = 0.0
-    steps_of = getattr(sizer, "memory_steps", None) if use_series else None
+    stepper = sizer if use_series and time_varying and isinstance(sizer, StepSizer) else None
 
     def size(st: _Task) -> None:
         features = st.features
-        has_series = steps_of is not None and st.trace.series is not None
         if st.previous is None:
             st.allocation = sizer.allocate(features)
-            st.steps = steps_of(features) if has_series else None
+            with_steps = stepper is not None and st.trace.series is not None
+            st.steps = stepper.memory_steps(features) if with_steps else None
         else:
             alloc, steps = st.previous, st.previous_steps
             for ex in st.exhausted:
                 if ex.resource == "memory" and steps is not None and st.failed_at is not None:
-                    steps = sizer.memory_retry(features, steps, st.failed_at)  # type: ignore[attr-defined]
+                    assert stepper is not None
+                    steps = stepper.memory_retry(features, steps, st.failed_at)
                     alloc = alloc.with_("memory", steps.peak)
                 else:
                     alloc = sizer.allocate(features, alloc, ex)

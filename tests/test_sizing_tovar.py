@@ -81,3 +81,11 @@ def test_explicit_maximum_is_a_m_and_the_whole_worker():
     for v, w in zip([*VALUES, 700], [*WALLS, 100], strict=True):
         c.observe(Record(task, Resources(1, v, 10, w)))
     assert c.first(task) == {"memory": 4000}  # GOLDEN: size 250, a_m = 16000
+
+
+def test_zero_wall_times_divide_as_c_does():
+    h = Histogram(250)
+    for v in (300, 600, 900):
+        h.insert(v, 0.0)
+    assert max_throughput(h, 900) == 500  # every rate is inf: the first key wins
+    assert min_waste(h, 900) == 500  # every cost is 0: the first key wins

@@ -43,8 +43,12 @@ def bench_sizing(
     seed: int = 0,
     peaks: Literal["slow", "fast"] = "slow",
     use_series: bool = True,
+    time_varying: bool = True,
 ) -> list[ReplayResult]:
-    """Replay ``trace`` through each sizer of ``sizers`` (names from :data:`SIZERS`)."""
+    """Replay ``trace`` through each sizer of ``sizers`` (names from :data:`SIZERS`).
+
+    See :func:`learners.replay.replay` for ``peaks``, ``use_series`` and ``time_varying``.
+    """
     unknown = [s for s in sizers if s not in SIZERS]
     if unknown:
         raise ValueError(f"unknown sizer {', '.join(unknown)}; choose from {', '.join(SIZERS)}")
@@ -59,6 +63,7 @@ def bench_sizing(
             resources=trace.resources,
             use_series=use_series,
             peaks=peaks,
+            time_varying=time_varying,
         )
         for name in sizers
     ]

@@ -25,6 +25,7 @@ from typing import Literal
 import numpy as np
 
 from learners.resources import Resource
+from learners.sizing.growing import Growing
 
 DEFAULTS: dict[Resource, float] = {"cores": 1.0, "memory": 1000.0, "disk": 1000.0, "wall": 60.0}
 """cctools' defaults for the sampling phase (wall time is ours: cctools does not size it)."""
@@ -235,8 +236,7 @@ class Candidates:
 
     def __init__(self, max_buckets: int = 10) -> None:
         self.max_buckets = max_buckets
-        self._records = np.empty(64)
-        self.n = 0
+        self._records = Growing()
         self.total = 0.0
         """Sum of significances."""
         self.weighted = 0.0
@@ -248,15 +248,16 @@ class Candidates:
         self._candidates = candidate_tops(0.0, max_buckets)
 
     @property
+    def n(self) -> int:
+        return len(self._records)
+
+    @property
     def records(self) -> np.ndarray:
         """Every record, in arrival order (significance = position + 1)."""
-        return self._records[: self.n]
+        return self._records.values
 
     def add(self, value: float) -> None:
-        if self.n == len(self._records):
-            self._records = np.concatenate((self._records, np.empty(self.n)))
-        self._records[self.n] = value
-        self.n += 1
+        self._records.append(value)
         sig = float(self.n)
         self.total += sig
         self.weighted += value * sig

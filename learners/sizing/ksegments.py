@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from learners.sizing.base import Record, TaskFeatures
+from learners.sizing.growing import Growing
 from learners.sizing.linear import Line, ols
 
 RetryMode = Literal["selective", "partial"]
@@ -208,9 +209,9 @@ class KSegments:
         self.k = k
         self.retry_mode: RetryMode = retry
         self.min_records = max(1, min_records)
-        self.x: list[float] = []
-        self.lengths: list[float] = []
-        self.peaks: list[np.ndarray] = []
+        self.x = Growing()
+        self.lengths = Growing()
+        self.peaks = Growing(k)
         self._model: Model | None = None
 
     @property
@@ -218,8 +219,7 @@ class KSegments:
         if len(self.x) < self.min_records:
             return None
         if self._model is None:
-            x, lengths = np.array(self.x), np.array(self.lengths)
-            self._model = fit(x, lengths, np.array(self.peaks))
+            self._model = fit(self.x.values, self.lengths.values, self.peaks.values)
         return self._model
 
     def steps(self, task: TaskFeatures) -> Steps | None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from learners.sizing.base import Record, TaskFeatures
+from learners.sizing.growing import Growing
 
 GIB_IN_MB = 1024.0
 """Memory is fitted in GiB: MB (MiB) / 1024; input sizes in GiB: bytes / 2^30."""
@@ -164,12 +165,13 @@ class PonderPredictor:
         self.r_threshold = r_threshold
         self.offset = offset
         self.over_weight = over_weight
-        self.x: list[float] = []
-        self.y: list[float] = []
+        self.x = Growing()
+        self.y = Growing()
         self.regression = SimpleRegression()
         self.max_y = 0.0
         self.min_y = math.inf
         self.max_x = 0.0
+        self.min_x = math.inf
         self._params: np.ndarray | None = None
 
     def add(self, x: float, y: float) -> None:
@@ -178,17 +180,19 @@ class PonderPredictor:
         self.max_y = max(self.max_y, y)
         self.min_y = min(self.min_y, y)
         self.max_x = max(self.max_x, x)
+        self.min_x = min(self.min_x, x)
         self.regression.add(x / BYTES_IN_GIB, y / GIB_IN_MB)
         self._params = None
 
     @property
     def params(self) -> np.ndarray | None:
         """(intercept, slope) in GiB of the unequal-loss line; None while it cannot train."""
-        if len(self.x) < 2 or all(x == self.x[0] for x in self.x):
+        xs = self.x.values
+        if len(xs) < 2 or self.max_x == self.min_x:
             return None
         if self._params is None:
-            x = np.array(self.x) / BYTES_IN_GIB
-            y = np.array(self.y) / GIB_IN_MB
+            x = xs / BYTES_IN_GIB
+            y = self.y.values / GIB_IN_MB
             start = np.array([self.regression.intercept, self.regression.slope])
             self._params = nelder_mead(unequal_loss(x, y, self.over_weight), start)
         return self._params
@@ -202,7 +206,7 @@ class PonderPredictor:
         """MB for a task of input ``x`` bytes, or None: keep the request."""
         n = len(self.x)
         if n < self.first_tasks:
-            if any(earlier > x for earlier in self.x):
+            if any(earlier > x for earlier in self.x.values):
                 return self.max_y + self.offset
             return None
         if self.regression.r > self.r_threshold:
@@ -218,8 +222,8 @@ class PonderPredictor:
 
     def weighted_variance(self, x: float) -> float:
         """Java ``WeightedVarianceOffset``: residual variance, nearer inputs weighing more."""
-        xs = np.array(self.x)
-        d = np.array(self.y) - self.line(xs)
+        xs = self.x.values
+        d = self.y.values - self.line(xs)
         n = len(d)
         if n <= 1:
             return 0.0
@@ -229,7 +233,10 @@ class PonderPredictor:
         w = np.ones(n) if max_diff == 0 else 1 - dist / max_diff + max(1 - n / 10.0, 0) / 100
         v1, v2 = float(w.sum()), float((w * w).sum())
         mean = float((d * w).sum()) / v1
-        return float(((d - mean) ** 2 * w).sum()) / (v1 - v2 / v1)
+        spread = v1 - v2 / v1
+        if spread <= 0:  # one point carries all the weight (Java divides by 0 here)
+            return 0.0
+        return float(((d - mean) ** 2 * w).sum()) / spread
 
 
 def round_up_mib(mb: float) -> float:

@@ -16,7 +16,13 @@ import numpy as np
 from learners.resources import PACKED, Resource, Resources
 from learners.sizing.baselines import UserRequest, WholeWorker
 from learners.sizing.bucketing import DEFAULTS, Bucketing
-from learners.sizing.composite import CategoryLearner, Composite, PerResource, Together
+from learners.sizing.composite import (
+    CategoryLearner,
+    Composite,
+    PerResource,
+    ResourceLearner,
+    Together,
+)
 from learners.sizing.ksegments import KSegments
 from learners.sizing.ponder import Ponder
 from learners.sizing.quantized import Quantized
@@ -117,9 +123,8 @@ def _factory(
     if name in MEMORY_ONLY:
         return _memory_only(name, resources, worker, rng, options)
     if family == "tovar":
-        mode = {"max-seen": "max-seen", "min-waste": "min-waste", "max-xput": "max-throughput"}[
-            name.removesuffix("-doubling")
-        ]
+        base = name.removesuffix("-doubling")
+        mode = "max-throughput" if base == "max-xput" else base
         retry = "double" if name.endswith("-doubling") else "max"
         return lambda _: TovarCategory(
             mode,
@@ -135,7 +140,7 @@ def _factory(
 
 def _resource_learner(
     name: str, r: Resource, worker: Resources, rng: np.random.Generator, options: Mapping[str, Any]
-) -> Any:
+) -> ResourceLearner:
     capacity = worker[r]
     if name == "whole":
         return WholeWorker(capacity)
@@ -163,7 +168,7 @@ def _memory_only(
     others = tuple(r for r in resources if r != "memory")
     rest = _factory(companion, others, worker, rng, {}) if others else None
 
-    def memory() -> Any:
+    def memory() -> ResourceLearner:
         capacity = worker.memory
         if name == "ponder":
             return Ponder(capacity, **extra)

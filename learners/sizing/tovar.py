@@ -111,10 +111,17 @@ def max_throughput(h: Histogram, top: float) -> float:
         a = math.trunc(key)
         if a < 1:
             continue
-        rate = ((before * a_m) / a + (n - before)) / (tau + a_above)
+        rate = _ieee_div((before * a_m) / a + (n - before), tau + a_above)
         if rate > best_rate:
             best, best_rate = a, rate
     return h.round_up(min(best, a_m))
+
+
+def _ieee_div(num: float, den: float) -> float:
+    """C's double division: a zero denominator (wall times of 0 s) gives inf, or NaN for 0/0."""
+    if den:
+        return num / den
+    return math.copysign(math.inf, num) if num else math.nan
 
 
 def max_seen(h: Histogram, top: float, worker: float, explicit: float) -> float:

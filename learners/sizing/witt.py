@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 
 from learners.sizing.base import Record, TaskFeatures
+from learners.sizing.growing import Growing
 from learners.sizing.linear import Line, ols
 
 Offset = Literal["mean", "under", "max"]
@@ -51,8 +52,8 @@ class Witt:
         self.capacity = capacity
         self.offset: Offset = offset
         self.min_records = max(2, min_records)
-        self.x: list[float] = []
-        self.y: list[float] = []
+        self.x = Growing()
+        self.y = Growing()
         self._line: Line | None = None
 
     @property
@@ -60,7 +61,7 @@ class Witt:
         if len(self.y) < self.min_records:
             return None
         if self._line is None:
-            self._line = witt_line(np.array(self.x), np.array(self.y), self.offset)
+            self._line = witt_line(self.x.values, self.y.values, self.offset)
         return self._line
 
     def first(self, task: TaskFeatures) -> float:
