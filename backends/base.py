@@ -116,6 +116,10 @@ class BatchBackend(Protocol):
         """Submit a pilot; return its job id. Raises :class:`SubmitError` on rejection."""
         ...
 
+    async def check(self, request: PilotRequest) -> None:
+        """Raise :class:`SubmitError` if ``request`` would be refused; submits nothing."""
+        ...
+
     async def cancel(self, job_id: str) -> None:
         """Cancel a pending or running pilot (it ends CANCELLED)."""
         ...

@@ -95,14 +95,21 @@ class MockSlurm:
 
     # --------------------------------------------------------- BatchBackend
 
-    async def submit(self, request: PilotRequest) -> str:
-        sim = self._sync()
+    async def check(self, request: PilotRequest) -> None:
+        self._check(self._sync(), request)
+
+    def _check(self, sim: Simulator, request: PilotRequest) -> None:
         if request.partition not in (None, self.cluster.partition):
             raise SubmitError(
                 f"invalid partition {request.partition!r} (the cluster has "
                 f"{self.cluster.partition!r})",
                 option="partition",
             )
+        sim.check(request.cores, request.nodes, request.memory_mb)
+
+    async def submit(self, request: PilotRequest) -> str:
+        sim = self._sync()
+        self._check(sim, request)
         time_limit = 60.0 * math.ceil(request.time_limit_s / 60.0)
         self._active += 1
         try:

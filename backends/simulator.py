@@ -353,6 +353,13 @@ class Simulator:
             fork._step(due)
         return horizon if job.start is None else job.start - self.now
 
+    def check(self, cores: int, nodes: int | None, memory_mb: float | None) -> None:
+        """Raise SubmitError if such a job could never run here (as sbatch refuses it)."""
+        if cores < 1:
+            raise SubmitError(f"a job needs at least one core, got {cores}", option="cores")
+        per_core = self._default_mem if memory_mb is None else float(memory_mb) / cores
+        self._check_geometry(cores, nodes, per_core)
+
     def job(self, job_id: int) -> SimJob:
         try:
             return self._jobs[job_id]

@@ -10,25 +10,31 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from backends.base import SubmitError
 from backends.workload import ClusterSpec
+from learners.queue_wait import Geometry
+from learners.resources import Resources
+from learners.sizing import SIZERS
 from orchestrator import clock
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import compare_tables, run_table
-from orchestrator.session import TRACES, MockOptions, RunConfig, execute
+from orchestrator.session import DEFAULT_SIZER, TRACES, MockOptions, RunConfig, execute
 from orchestrator.store import Store, default_path
-from orchestrator.waits import DEFAULT_POLICY, POLICIES
+from orchestrator.waits import DEFAULT_POLICY, POLICIES, QueueWaits
+from workflows.sizing_bench import bench_sizing, format_sizing_table, sizing_rows
 from workflows.spec import SpecError, Workflow, example, load
+from workflows.traces import TraceError
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Staged workflows on Slurm: right-sized pilots per stage, submitted ahead of time.",
 )
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
 
 Db = Annotated[Path | None, typer.Option("--db", help="Store file (default: XDG data dir).")]
@@ -298,6 +304,92 @@ def compare(
         out.print_json(json.dumps([r.as_json() for r in rows]))
         return
     for table in compare_tables(rows):
+        out.print(table)
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that need no cluster.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("sizing")
+def bench_sizing_command(
+    trace: Annotated[Path, typer.Option(help="A task trace (see ../shared/data/MANIFEST.md).")],
+    sizer: Annotated[str, typer.Option(help="Comma-separated sizers (see `leadtime sizers`).")],
+    workers: Annotated[int, typer.Option(min=1, help="Simulated workers.")] = 20,
+    worker_cores: Annotated[float, typer.Option(help="Cores per worker.")] = 16,
+    worker_memory: Annotated[float, typer.Option(help="Memory per worker, MB.")] = 64000,
+    worker_disk: Annotated[float, typer.Option(help="Disk per worker, MB.")] = 64000,
+    seed: Seed = 0,
+    json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+) -> None:
+    """Replay a trace's tasks through sizers on simulated workers: AWE, waste, retries."""
+    worker = Resources(worker_cores, worker_memory, worker_disk)
+    try:
+        results = bench_sizing(
+            trace, _csv(sizer, "sizer"), workers=workers, worker=worker, seed=seed
+        )
+    except (TraceError, ValueError, OSError) as e:
+        fail(str(e))
+    if json_:
+        out.print_json(json.dumps(sizing_rows(results)))
+    else:
+        out.print(format_sizing_table(results), highlight=False)
+
+
+@app.command()
+def sizers() -> None:
+    """The task sizers, and which one is the default."""
+    for name, what in SIZERS.items():
+        mark = " (default)" if name == DEFAULT_SIZER else ""
+        out.print(f"[bold]{name}[/]{mark}: {what}", highlight=False)
+
+
+learner_app = typer.Typer(no_args_is_help=True, help="The queue-wait learner in the store.")
+app.add_typer(learner_app, name="learner")
+
+
+@learner_app.command("show")
+def learner_show(
+    geometry: Annotated[
+        str | None, typer.Option(help="Only this geometry, e.g. cores=28,partition=batch.")
+    ] = None,
+    top: Annotated[int, typer.Option(min=1, help="Alternatives shown per geometry.")] = 5,
+    db: Db = None,
+) -> None:
+    """The learned wait distribution per geometry: top alternatives, observations, hit rate."""
+
+    async def main():
+        path = db or default_path()
+        if not path.exists():
+            fail(f"no store at {path}")
+        async with await Store.open(path) as store:
+            return await QueueWaits.load(store)
+
+    learner = clock.run(main(), virtual=False).learner
+    try:
+        chosen = learner.geometries() if geometry is None else [Geometry.parse(geometry)]
+    except ValueError as e:
+        fail(f"--geometry: {e}")
+    if not chosen:
+        out.print("the learner has seen no waits yet")
+    for g in chosen:
+        try:
+            stats = learner.stats(g)
+            alternatives = learner.distribution(g, top=top)
+        except (KeyError, ValueError):
+            fail(f"no waits learned for geometry {g}")
+        table = Table(title=f"geometry {g}", title_justify="left")
+        for column in ("wait s", "probability", "cases scored", "mean loss"):
+            table.add_column(column, justify="right")
+        for a in alternatives:
+            loss = "-" if a.mean_loss is None else f"{a.mean_loss:.2f}"
+            table.add_row(f"{a.value:,.0f}", f"{a.probability:.3f}", str(a.tried), loss)
+        hit = "-" if stats.hit_rate is None else f"{stats.hit_rate:.0%}"
+        last = "-" if stats.last_wait is None else f"{stats.last_wait:,.0f} s"
+        table.caption = (
+            f"{stats.observations} waits observed, {stats.rounds} rounds, "
+            f"hit rate {hit} over the last {stats.recent} predictions, last wait {last}"
+        )
         out.print(table)
 
 

@@ -174,6 +174,7 @@ class Engine:
     async def run(self) -> RunSummary:
         """Run the workflow to its end; always leaves no pilot of the run behind."""
         self._t0 = clock.now()
+        await self._preflight()
         await self._record_start()
         pump = asyncio.create_task(self._pump_updates())
         try:
@@ -324,6 +325,9 @@ class Engine:
             self.status = "done"
             self._end_t = self.now()
 
+    def _stage_view_now(self, s: StageRun) -> StageView:
+        return StageView(s.spec.name, s.spec.after, s.spec.allocation, s.phase, s.ready_t)
+
     def _stage_views(self) -> dict[str, StageView]:
         ends = self._forecasts()
         return {
@@ -400,11 +404,8 @@ class Engine:
             if p.live and not p.released
         ]
 
-    async def _submit(self, action: Submit) -> None:
-        alloc = action.allocation
-        pilot_id = f"{action.stages[0] if len(action.stages) == 1 else 'all'}-{len(self.pilots)}"
-        after = tuple(self.pilots[p].job_id or "" for p in action.after)
-        request = PilotRequest(
+    def _request(self, pilot_id: str, alloc: Allocation, after: tuple[str, ...]) -> PilotRequest:
+        return PilotRequest(
             name=f"lt-{self.run_id}-{pilot_id}",
             cores=alloc.cores,
             nodes=alloc.nodes,
@@ -417,6 +418,18 @@ class Engine:
             comment=f"leadtime run={self.run_id} pilot={pilot_id}",
             extra=alloc.sbatch,
         )
+
+    async def _preflight(self) -> None:
+        """Ask the backend about every pilot the planner may submit, before submitting any."""
+        views = [self._stage_view_now(s) for s in self.stages.values()]
+        for i, alloc in enumerate(self.planner.allocations(views)):
+            await self.backend.check(self._request(f"check-{i}", alloc, ()))
+
+    async def _submit(self, action: Submit) -> None:
+        alloc = action.allocation
+        pilot_id = f"{action.stages[0] if len(action.stages) == 1 else 'all'}-{len(self.pilots)}"
+        after = tuple(self.pilots[p].job_id or "" for p in action.after)
+        request = self._request(pilot_id, alloc, after)
         pilot = PilotRun(
             pilot_id,
             action.stages,
@@ -561,10 +574,21 @@ class Engine:
                     expected = stage.durations.mean or 0.0
                 worker = self.pool.place(stage.spec.name, task.allocation, now + expected)
                 if worker is None:
+                    if self._own_workers(stage) and not self.pool.could_ever_fit(
+                        stage.spec.name, task.allocation
+                    ):
+                        stage.queue.popleft()
+                        self._fail(stage, task, f"{task.allocation} fits none of its workers")
                     break
                 stage.queue.popleft()
                 starts.append((worker, self._start(stage, task, worker)))
         return starts
+
+    def _own_workers(self, stage: StageRun) -> bool:
+        """The stage's own pilot runs and its workers have joined."""
+        return any(
+            p.workers for p in self.pilots.values() if stage.spec.name in p.stages and p.live
+        )
 
     def _start(self, stage: StageRun, task: TaskRun, worker: Worker) -> AttemptSpec:
         assert task.allocation is not None

@@ -92,13 +92,24 @@ class Planner(Protocol):
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
     ) -> Plan: ...
 
+    def allocations(self, stages: Sequence[StageView]) -> list[Allocation]:
+        """Every allocation it may submit, for the backend to check before the run starts."""
+        ...
+
+
+class _StageAllocations:
+    """Planners that submit each stage's own allocation."""
+
+    def allocations(self, stages: Sequence[StageView]) -> list[Allocation]:
+        return [v.allocation for v in stages]
+
 
 def _unserved(stages: Mapping[str, StageView], pilots: Sequence[PilotView]) -> list[StageView]:
     served = {s for p in pilots for s in p.stages}
     return [v for v in stages.values() if v.phase.open and v.name not in served]
 
 
-class PerStage:
+class PerStage(_StageAllocations):
     """Submit a stage's pilot once the stage is ready."""
 
     name = "per-stage"
@@ -117,6 +128,9 @@ class BigJob:
     """One pilot of the largest stage's size for every stage still open."""
 
     name = "bigjob"
+
+    def allocations(self, stages: Sequence[StageView]) -> list[Allocation]:
+        return [big_allocation([v.allocation for v in stages], _longest_path(stages))]
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
@@ -159,12 +173,15 @@ def _longest_path(stages: Sequence[StageView]) -> float:
     return max(longest(v.name) for v in stages)
 
 
+DUE = 1e-3
+"""A submission time within a millisecond of now is due: rounding must not postpone it."""
+
 WaitPredictor = Callable[[Allocation], tuple[float, Any]]
 """Predicted queue wait (seconds) of an allocation, and the prediction to hand back."""
 
 
 @dataclass
-class Asa:
+class Asa(_StageAllocations):
     """Proactive submission at forecast_end(after) - predicted_wait (seed 004).
 
     Each stage's prediction is drawn once and kept until its pilot is
@@ -201,7 +218,7 @@ class Asa:
                 if end is None or after is None:
                     continue
             wait, prediction = self._prediction(view, now)
-            if end is not None and now < end - wait:
+            if end is not None and now < end - wait - DUE:
                 wake.append(end - wait)
                 notes.append(
                     f"stage {view.name}: predicted wait {wait:,.0f} s, "

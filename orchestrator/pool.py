@@ -94,6 +94,14 @@ class Pool:
         slot.running += 1
         return slot.worker
 
+    def could_ever_fit(self, stage: str, allocation: Resources) -> bool:
+        """Whether some worker the stage may use could hold ``allocation`` once empty."""
+        return any(
+            allocation.fits_in(s.worker.capacity)
+            for s in self._slots.values()
+            if self._eligible(s, stage, until=float("-inf"))
+        )
+
     def release(self, worker_id: str, allocation: Resources) -> None:
         """Give back what an attempt held (no-op if the worker already left)."""
         slot = self._slots.get(worker_id)

@@ -6,6 +6,8 @@ so a run looks the same whichever door it came in by.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,11 @@ from orchestrator.simulate import SimulatedWorkers, task_truths
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, QueueWaits
-from workflows.spec import Workflow
+from workflows.spec import Allocation, Task, Workflow
 
 BACKENDS = ("mock", "local", "slurm")
-DEFAULT_SIZER = "greedy"
+DEFAULT_SIZER = "ksegments"
+"""The best mean AWE over every shared trace with at most 10% of tasks retried (docs/sizing.md)."""
 TRACES = ("HPC2N", "KTH", "CTC")
 
 
@@ -83,21 +86,24 @@ class RunConfig:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
 
 
-def largest_worker(workflow: Workflow, node: Resources) -> Resources:
-    """The largest worker a stage's pilot can bring: one node's share of the widest stage.
+def stage_worker(allocation: Allocation, node: Resources) -> Resources:
+    """The largest worker a stage's pilot brings: one node's share of its allocation.
 
     ``node`` is one node of the cluster; a stage that leaves memory to the
     scheduler gets the node's memory per core for each of its cores.
     """
-    widest = Resources()
-    for stage in workflow.stages:
-        a = stage.allocation
-        cores = min(a.cores // (a.nodes or 1), node.cores)
-        per_core = node.memory / node.cores if a.memory_mb is None else a.memory_mb / a.cores
-        widest = Resources(
-            max(widest.cores, cores), max(widest.memory, per_core * cores), node.disk
-        )
-    return widest
+    cores = min(allocation.cores // (allocation.nodes or 1), node.cores)
+    if allocation.memory_mb is None:
+        per_core = node.memory / node.cores
+    else:
+        per_core = allocation.memory_mb / allocation.cores
+    return Resources(cores, math.floor(per_core * cores), node.disk)
+
+
+def largest_worker(workers: Iterable[Resources]) -> Resources:
+    """Per resource, the most any of ``workers`` has."""
+    found = list(workers)
+    return Resources(*(max(w[r] for w in found) for r in ("cores", "memory", "disk")))
 
 
 async def execute(
@@ -122,9 +128,15 @@ async def execute(
             raise ValueError(f"the {backend.name} backend needs a worker source")
         truths = task_truths(workflow, config.seed)
         workers = SimulatedWorkers(truths)
-        features = _simulated_features(truths)
     else:
-        features = None
+        truths = {}
+    own = {s.name: stage_worker(s.allocation, node) for s in workflow.stages}
+
+    def features(task: Task) -> TaskFeatures:
+        truth = truths.get(task.id)
+        size = truth.input_size if truth else None
+        return TaskFeatures(task.category, size, declared=task.declared, worker=own[task.stage])
+
     waits = await QueueWaits.load(store, policy=config.policy, seed=config.seed)
     planner = make_planner(
         config.strategy,
@@ -132,7 +144,7 @@ async def execute(
         true_wait=mock.true_wait if mock is not None else None,
         idle_cancel_s=config.idle_cancel_s,
     )
-    sizer = make_sizer(config.sizer, worker=largest_worker(workflow, node), seed=config.seed)
+    sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
     engine = Engine(
         workflow,
         backend,
@@ -160,13 +172,6 @@ NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
 def _node(cluster: ClusterSpec) -> Resources:
     memory = cluster.memory_per_node_mb or 4096.0 * cluster.cores_per_node
     return Resources(cluster.cores_per_node, memory, SimulatedWorkers.DISK_MB)
-
-
-def _simulated_features(truths):
-    def features(task):
-        return TaskFeatures(task.category, truths[task.id].input_size, declared=task.declared)
-
-    return features
 
 
 def run_simulated(workflow: Workflow, config: RunConfig, db: str | Path = ":memory:") -> RunSummary:

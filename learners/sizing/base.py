@@ -24,6 +24,8 @@ class TaskFeatures:
     """Total input size in bytes (Ponder, k-Segments, Witt)."""
     declared: Mapping[str, float] = field(default_factory=dict)
     """Sizes the user fixed (``Task.declared``): they always win over any sizer."""
+    worker: Resources | None = None
+    """The largest worker the task may run on, when smaller than the sizer's (its stage's nodes)."""
     requested: Mapping[str, float] = field(default_factory=dict)
     """Sizes the user asked for without fixing them (a trace's requested memory, say):
     what Ponder keeps while unsure and what the user-default baseline allocates."""

@@ -193,7 +193,7 @@ class Composite:
                 f"task of category {task.category!r} needs more {r} than the declared "
                 f"{task.declared[r]:g} (reached {exhaustion.measured:g})"
             )
-        capacity = self.worker[r]
+        capacity = self.capacity(task)[r]
         if had >= capacity:
             raise Unfittable(
                 f"task of category {task.category!r} needs more {r} than a whole worker has "
@@ -204,21 +204,30 @@ class Composite:
         value = learner.retry(task, r, had, exhaustion.measured)
         return value if value > had else 2 * had
 
+    def capacity(self, task: TaskFeatures) -> Resources:
+        """The largest worker ``task`` may run on: the sizer's, or the task's own if smaller."""
+        if task.worker is None:
+            return self.worker
+        return Resources(
+            *(min(self.worker[r], task.worker[r]) for r in ("cores", "memory", "disk", "wall"))
+        )
+
     def _finish(self, task: TaskFeatures, values: Mapping[Resource, float]) -> Resources:
         """Clamp to [minimum, worker], keep positive, put in the declared sizes."""
+        worker = self.capacity(task)
         out: dict[str, float] = {r: 0.0 for r in PACKED}
         out["wall"] = math.inf
         for r in self.resources:
-            value = min(max(values[r], self.minimum[r], POSITIVE[r]), self.worker[r])
+            value = min(max(values[r], self.minimum[r], POSITIVE[r]), worker[r])
             out[r] = value
         for name, value in task.declared.items():
             if name not in out:
                 known = ", ".join(out)
                 raise ValueError(f"unknown resource {name!r} declared (known: {known})")
-            if value > self.worker[name]:  # type: ignore[index]
+            if value > worker[name]:  # type: ignore[index]
                 raise Unfittable(
                     f"task of category {task.category!r} declares {name} = {value:g}, more than "
-                    f"a whole worker has ({self.worker[name]:g})"  # type: ignore[index]
+                    f"a whole worker has ({worker[name]:g})"  # type: ignore[index]
                 )
             out[name] = value
         return Resources(**out)
@@ -242,7 +251,7 @@ class Composite:
         """
         learner = self._step_learner(task)
         steps = learner.steps(task) if learner else None
-        return None if steps is None else self._clip(steps)
+        return None if steps is None else self._clip(task, steps)
 
     def memory_retry(self, task: TaskFeatures, steps: Steps, failed_at: int) -> Steps:
         """The step function after ``steps`` failed at sample ``failed_at``.
@@ -252,13 +261,13 @@ class Composite:
         learner = self._step_learner(task)
         if learner is None:
             raise ValueError(f"sizer {self.name!r} has no step function for memory")
-        capacity = self.worker.memory
+        capacity = self.capacity(task).memory
         if steps.over(failed_at + 1)[failed_at] >= capacity:
             raise Unfittable(
                 f"task of category {task.category!r} needs more memory than a whole worker has "
                 f"({capacity:g})"
             )
-        return self._clip(learner.retry_steps(steps, failed_at))
+        return self._clip(task, learner.retry_steps(steps, failed_at))
 
     def _step_learner(self, task: TaskFeatures) -> StepLearner | None:
         if "memory" in task.declared or "memory" not in self.resources:
@@ -269,6 +278,6 @@ class Composite:
         memory = learner.learners.get("memory") if isinstance(learner, PerResource) else None
         return memory if isinstance(memory, StepLearner) else None
 
-    def _clip(self, steps: Steps) -> Steps:
+    def _clip(self, task: TaskFeatures, steps: Steps) -> Steps:
         low = max(self.minimum.memory, POSITIVE["memory"])
-        return steps.clipped(low, self.worker.memory)
+        return steps.clipped(low, self.capacity(task).memory)
