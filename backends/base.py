@@ -7,12 +7,13 @@ change of a job's state. Times are on the running loop's clock
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal, Protocol
 
 DependencyKind = Literal["afterok", "afterany", "after", "afternotok"]
+DependencyStatus = Literal["ok", "wait", "never"]
 
 
 class JobState(StrEnum):
@@ -38,6 +39,31 @@ class Dependency:
 
     def to_slurm(self) -> str:
         return f"{self.kind}:{':'.join(self.job_ids)}"
+
+
+def dependency_status(kind: DependencyKind, states: Iterable[JobState]) -> DependencyStatus:
+    """Slurm's test of a dependency on jobs now in ``states``: all must satisfy it.
+
+    ``after``: the job started or ended (a cancelled pending job counts);
+    ``afterany``: it ended in any state; ``afterok``: it ended COMPLETED;
+    ``afternotok``: it ended in any other state. A job that ended the wrong
+    way makes the dependency impossible ("never").
+    """
+    status: DependencyStatus = "ok"
+    for state in states:
+        if kind == "after":
+            ok = state is not JobState.PENDING
+        elif kind == "afterany":
+            ok = state.finished
+        elif not state.finished:
+            ok = False
+        elif (state is JobState.COMPLETED) != (kind == "afterok"):
+            return "never"
+        else:
+            ok = True
+        if not ok:
+            status = "wait"
+    return status
 
 
 @dataclass(frozen=True, slots=True)

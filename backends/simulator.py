@@ -34,7 +34,14 @@ from typing import Literal
 
 import numpy as np
 
-from backends.base import Dependency, DependencyKind, JobState, SubmitError
+from backends.base import (
+    Dependency,
+    DependencyKind,
+    DependencyStatus,
+    JobState,
+    SubmitError,
+    dependency_status,
+)
 from backends.placement import EPS, Nodes, Placement, place
 from backends.workload import ClusterSpec, JobStream
 
@@ -541,32 +548,12 @@ class Simulator:
         if job.heavy:
             self._dirty = True  # memory may bind: the reservation must be made per node
 
-    def _dependency_status(self, job: SimJob) -> Literal["ok", "wait", "never"]:
-        """Slurm's test of a dependency: all listed jobs must satisfy it.
-
-        ``after``: the job started or ended (a cancelled pending job counts);
-        ``afterany``: it ended in any state; ``afterok``: it ended COMPLETED;
-        ``afternotok``: it ended in any other state. A job that ended the wrong
-        way makes the dependency impossible.
-        """
+    @staticmethod
+    def _dependency_status(job: SimJob) -> DependencyStatus:
+        """Slurm's test of ``job``'s dependency (see :func:`backends.base.dependency_status`)."""
         assert job.dependency is not None
         kind, deps = job.dependency
-        status: Literal["ok", "wait", "never"] = "ok"
-        for dep in deps:
-            state = dep.state
-            if kind == "after":
-                ok = state is not JobState.PENDING
-            elif kind == "afterany":
-                ok = state.finished
-            elif not state.finished:
-                ok = False
-            elif (state is JobState.COMPLETED) != (kind == "afterok"):
-                return "never"
-            else:
-                ok = True
-            if not ok:
-                status = "wait"
-        return status
+        return dependency_status(kind, (dep.state for dep in deps))
 
     def _dependency_changed(self, job: SimJob) -> None:
         """Re-test the jobs waiting on ``job``, which just started or ended."""
