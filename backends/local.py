@@ -1,0 +1,387 @@
+"""Pilots as local processes on this machine: no queue, immediate start.
+
+A pilot is ``nodes`` (default one) ``leadtime worker`` processes, each given
+its share of the pilot's cores and memory, the pilot's end time and its
+name as the pilot id; the processes connect to the run's manager like the
+workers of a Slurm pilot. Nothing queues: a pilot starts the moment it is
+submitted, or the moment its dependency is satisfied, with Slurm's meaning
+of ``after``, ``afterany``, ``afterok`` and ``afternotok``
+(:func:`backends.base.dependency_status`); while it waits it is PENDING with
+reason ``Dependency``. Running pilots are not packed: their cores may add up
+to more than the machine has.
+
+A pilot's state follows its processes as Slurm's follows a batch job:
+``release`` sends SIGTERM (the workers leave and exit 0: COMPLETED),
+``cancel`` ends it CANCELLED, its time limit ends it TIMEOUT, and a worker
+that exits non-zero on its own makes it FAILED once all have ended. A
+process that ignores SIGTERM is killed, with every process it started,
+after ``kill_grace_s``. :meth:`LocalBackend.close` kills whatever is left:
+no worker outlives the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import psutil
+
+from backends.base import JobInfo, JobState, PilotRequest, SubmitError, dependency_status
+from learners.resources import Resources
+from orchestrator import clock
+
+log = logging.getLogger(__name__)
+
+MB = 2**20
+WORKER_COMMAND = (sys.executable, "-m", "orchestrator.worker")
+"""``leadtime worker``, run by the interpreter of this process (whatever its PATH)."""
+DRAIN_FRACTION = 0.1
+"""A worker stops taking tasks this fraction of its pilot's time limit before the end (at
+most the worker's default minute), so that short local pilots still get work."""
+
+CONNECT_S = 30.0
+"""How long a worker tries to reach its manager: a local manager that is gone for this long
+(it died) is not coming back."""
+
+Stop = Literal["release", "cancel", "timeout"]
+
+
+def this_machine(work_dir: Path) -> Resources:
+    """The cores this process may use, the machine's memory (MB), free disk under ``work_dir``."""
+    return Resources(
+        float(len(os.sched_getaffinity(0))),
+        psutil.virtual_memory().total / MB,
+        shutil.disk_usage(work_dir).free / MB,
+    )
+
+
+@dataclass(eq=False)
+class _Pilot:
+    job_id: str
+    request: PilotRequest
+    submit_time: float
+    depends_on: tuple[_Pilot, ...] = ()
+    state: JobState = JobState.PENDING
+    reason: str = ""
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    processes: list[asyncio.subprocess.Process] = field(default_factory=list)
+    stop: Stop | None = None
+    """Why it is being stopped, once it is."""
+    start_error: str | None = None
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    runner: asyncio.Task[None] | None = None
+
+    def info(self) -> JobInfo:
+        return JobInfo(
+            job_id=self.job_id,
+            state=self.state,
+            reason=self.reason,
+            submit_time=self.submit_time,
+            eligible_time=self.eligible_time,
+            start_time=self.start_time,
+            end_time=self.end_time,
+        )
+
+
+class LocalBackend:
+    """Pilots as ``leadtime worker`` processes on this machine, working for ``manager``.
+
+    ``manager`` is the ``HOST:PORT`` the workers connect to; ``worker_args``
+    are more ``leadtime worker`` options every worker gets (sampling, say).
+    The backend adds each worker's ``--pilot-id``, ``--worker-id``,
+    ``--cores``, ``--memory``, ``--end-time``, ``--drain-margin`` and
+    ``--root`` (``run_dir/<pilot>/<worker>``). A pilot's output goes to
+    ``run_dir/<pilot>.out``. ``worker_env`` is added to the workers'
+    environment: the place for the run's secret, which never goes on a
+    command line. A pilot may ask for at most the machine's cores (any number
+    with ``oversubscribe``) and its memory; one that leaves memory unset gets
+    the machine's memory per core for each of its cores. Partition, account,
+    QOS and extra sbatch options mean nothing here and are ignored.
+    """
+
+    name = "local"
+    simulated = False
+
+    def __init__(
+        self,
+        manager: str,
+        run_dir: str | Path,
+        *,
+        worker_args: Sequence[str] = (),
+        worker_env: Mapping[str, str] | None = None,
+        oversubscribe: bool = False,
+        kill_grace_s: float = 10.0,
+        node: Resources | None = None,
+    ) -> None:
+        self.manager = manager
+        self.run_dir = Path(run_dir).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.worker_args = tuple(worker_args)
+        self.worker_env = dict(worker_env or {})
+        self.oversubscribe = oversubscribe
+        self.kill_grace_s = kill_grace_s
+        self.node = node or this_machine(self.run_dir)
+        """This machine, as far as pilots go: their cores, memory and disk."""
+        self._pilots: dict[str, _Pilot] = {}
+        self._ids = itertools.count(1)
+        self._updates: asyncio.Queue[JobInfo] = asyncio.Queue()
+        self._closed = False
+
+    # -- the protocol ------------------------------------------------------------------
+
+    async def check(self, request: PilotRequest) -> None:
+        cores = self.node.cores
+        if request.cores < 1:
+            raise SubmitError(f"a pilot needs at least one core, not {request.cores}", "cores")
+        if request.cores > cores and not self.oversubscribe:
+            raise SubmitError(
+                f"pilot {request.name} asks for {request.cores} cores, but this machine has "
+                f"{cores:g} (allow it with --oversubscribe)",
+                "cores",
+            )
+        nodes = request.nodes or 1
+        if request.cores % nodes:
+            raise SubmitError(
+                f"{request.cores} cores do not split evenly over {nodes} workers", "nodes"
+            )
+        if request.memory_mb is not None and request.memory_mb > self.node.memory:
+            raise SubmitError(
+                f"pilot {request.name} asks for {request.memory_mb} MB of memory, but this "
+                f"machine has {self.node.memory:.0f} MB",
+                "memory",
+            )
+        if not request.time_limit_s > 0:
+            raise SubmitError(f"time limit must be positive, not {request.time_limit_s}", "time")
+
+    async def submit(self, request: PilotRequest) -> str:
+        if self._closed:
+            raise RuntimeError("the local backend is closed")
+        await self.check(request)
+        depends_on: tuple[_Pilot, ...] = ()
+        if request.dependency is not None:
+            unknown = [j for j in request.dependency.job_ids if j not in self._pilots]
+            if unknown or not request.dependency.job_ids:
+                raise SubmitError(
+                    f"Job dependency problem: no job {', '.join(unknown) or 'ids'}", "dependency"
+                )
+            depends_on = tuple(self._pilots[j] for j in request.dependency.job_ids)
+        now = clock.now()
+        pilot = _Pilot(str(next(self._ids)), request, now, depends_on)
+        self._pilots[pilot.job_id] = pilot
+        self._test_dependency(pilot, now)
+        return pilot.job_id
+
+    async def cancel(self, job_id: str) -> None:
+        pilot = self._pilot(job_id)
+        if pilot.state is JobState.PENDING:
+            self._finish(pilot, JobState.CANCELLED)
+        elif pilot.state is JobState.RUNNING:
+            self._stop(pilot, "cancel")
+
+    async def release(self, job_id: str) -> None:
+        pilot = self._pilot(job_id)
+        if pilot.state is JobState.PENDING:
+            self._finish(pilot, JobState.CANCELLED)
+        elif pilot.state is JobState.RUNNING:
+            self._stop(pilot, "release")
+
+    async def info(self, job_id: str) -> JobInfo:
+        return self._pilot(job_id).info()
+
+    async def updates(self) -> AsyncIterator[JobInfo]:
+        while True:
+            yield await self._updates.get()
+
+    async def close(self) -> None:
+        """Kill every worker still running (and what it started); pending pilots never start."""
+        self._closed = True
+        for pilot in self._pilots.values():
+            for timer in pilot.timers:
+                timer.cancel()
+            if pilot.state is JobState.PENDING:
+                self._finish(pilot, JobState.CANCELLED)
+            elif pilot.state is JobState.RUNNING:
+                pilot.stop = pilot.stop or "cancel"
+                for process in pilot.processes:
+                    _kill_tree(process.pid)
+        runners = [p.runner for p in self._pilots.values() if p.runner is not None]
+        await asyncio.gather(*runners, return_exceptions=True)
+
+    # -- beyond the protocol -----------------------------------------------------------
+
+    def workers(self, job_id: str) -> list[int]:
+        """The process ids of the pilot's workers that were started."""
+        return [p.pid for p in self._pilot(job_id).processes]
+
+    def worker_size(self, request: PilotRequest) -> Resources:
+        """What each worker of ``request`` gets: its share of the pilot's cores and memory."""
+        nodes = request.nodes or 1
+        cores = request.cores / nodes
+        if request.memory_mb is None:
+            memory = math.floor(self.node.memory / self.node.cores * cores)
+        else:
+            memory = request.memory_mb / nodes
+        return Resources(cores, float(memory), self.node.disk)
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _pilot(self, job_id: str) -> _Pilot:
+        try:
+            return self._pilots[job_id]
+        except KeyError:
+            raise KeyError(f"no local pilot {job_id!r}") from None
+
+    def _test_dependency(self, pilot: _Pilot, now: float) -> None:
+        """Start ``pilot`` if nothing holds it back; otherwise say why it waits."""
+        status = "ok"
+        if pilot.request.dependency is not None:
+            kind = pilot.request.dependency.kind
+            status = dependency_status(kind, (d.state for d in pilot.depends_on))
+        if status == "ok" and not self._closed:
+            pilot.eligible_time = now
+            self._start(pilot, now)
+            return
+        reason = "Dependency" if status == "wait" else "DependencyNeverSatisfied"
+        if pilot.reason != reason:
+            pilot.reason = reason
+            self._notify(pilot)
+
+    def _dependency_changed(self, pilot: _Pilot, now: float) -> None:
+        for waiter in self._pilots.values():
+            if waiter.state is JobState.PENDING and pilot in waiter.depends_on:
+                self._test_dependency(waiter, now)
+
+    def _start(self, pilot: _Pilot, now: float) -> None:
+        pilot.state, pilot.reason, pilot.start_time = JobState.RUNNING, "", now
+        limit = pilot.request.time_limit_s
+        loop = asyncio.get_running_loop()
+        pilot.timers.append(loop.call_at(now + limit, self._stop, pilot, "timeout"))
+        pilot.runner = loop.create_task(self._run(pilot))
+        self._notify(pilot)
+        self._dependency_changed(pilot, now)  # ``after`` waits only for the start
+
+    async def _run(self, pilot: _Pilot) -> None:
+        """Start the pilot's workers, wait for all of them, end the pilot as they ended."""
+        request = pilot.request
+        size = self.worker_size(request)
+        assert pilot.start_time is not None
+        end = clock.to_epoch(pilot.start_time + request.time_limit_s)
+        drain = min(60.0, DRAIN_FRACTION * request.time_limit_s)
+        env = {**os.environ, **self.worker_env}
+        pilot_dir = self.run_dir / request.name
+        try:
+            with open(self.run_dir / f"{request.name}.out", "ab") as out:
+                for i in range(request.nodes or 1):
+                    worker_id = f"{request.name}.{i}"
+                    command = [
+                        *WORKER_COMMAND,
+                        *("--manager", self.manager, *self.worker_args),
+                        *("--pilot-id", request.name, "--worker-id", worker_id),
+                        # repr: the worker must get exactly what the sizer was told
+                        *("--cores", repr(size.cores), "--memory", repr(size.memory)),
+                        *("--disk", repr(size.disk), "--connect-timeout", repr(CONNECT_S)),
+                        *("--end-time", repr(end), "--drain-margin", repr(drain)),
+                        *("--root", str(pilot_dir / worker_id)),
+                    ]
+                    process = await asyncio.create_subprocess_exec(
+                        *command,
+                        stdin=asyncio.subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=asyncio.subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                    pilot.processes.append(process)
+                    if self._closed:  # stopped while its workers were starting
+                        _kill_tree(process.pid)
+                    elif pilot.stop is not None:
+                        _signal(process.pid, signal.SIGTERM)
+        except OSError as e:
+            pilot.start_error = f"cannot start {WORKER_COMMAND[0]}: {e}"
+            log.error("pilot %s: %s", request.name, pilot.start_error)
+            for process in pilot.processes:
+                _kill_tree(process.pid)
+        codes = await asyncio.gather(*(p.wait() for p in pilot.processes))
+        self._finish(pilot, self._final_state(pilot, codes))
+
+    def _final_state(self, pilot: _Pilot, codes: Sequence[int]) -> JobState:
+        if pilot.stop == "cancel":
+            return JobState.CANCELLED
+        if pilot.stop == "timeout":
+            return JobState.TIMEOUT
+        released = pilot.stop == "release"
+        clean = all(code == 0 or (released and code == -signal.SIGTERM) for code in codes)
+        if pilot.start_error or not clean:
+            log.warning("pilot %s: workers exited with %s", pilot.request.name, list(codes))
+            return JobState.FAILED
+        return JobState.COMPLETED
+
+    def _stop(self, pilot: _Pilot, why: Stop) -> None:
+        """SIGTERM the workers; kill them (and what they started) after the grace."""
+        if pilot.state is not JobState.RUNNING or pilot.stop in (why, "cancel", "timeout"):
+            return  # a release gives way to a cancel or the time limit, never the reverse
+        first = pilot.stop is None
+        pilot.stop = why
+        if not first:
+            return
+        for process in pilot.processes:
+            _signal(process.pid, signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        pilot.timers.append(loop.call_later(self.kill_grace_s, self._kill, pilot))
+
+    def _kill(self, pilot: _Pilot) -> None:
+        if pilot.state is not JobState.RUNNING:
+            return
+        if pilot.stop == "release":
+            log.warning("pilot %s ignored its release: killing it", pilot.request.name)
+            pilot.stop = "cancel"
+        for process in pilot.processes:
+            if process.returncode is None:
+                _kill_tree(process.pid)
+
+    def _finish(self, pilot: _Pilot, state: JobState) -> None:
+        for timer in pilot.timers:
+            timer.cancel()
+        now = clock.now()
+        pilot.state, pilot.end_time = state, now
+        if state is JobState.CANCELLED and pilot.start_time is None:
+            pilot.reason = ""
+        self._notify(pilot)
+        self._dependency_changed(pilot, now)
+
+    def _notify(self, pilot: _Pilot) -> None:
+        self._updates.put_nowait(pilot.info())
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group ``pid`` leads (a worker and its helpers, not its tasks)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a worker and every process group it started (its tasks lead their own)."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    groups = set()
+    for process in descendants:
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(process.pid))
+    _signal(pid, signal.SIGKILL)  # first: a dying task must not be reported as a failure
+    for group in groups - {pid, os.getpgrp()}:
+        _signal(group, signal.SIGKILL)
