@@ -22,9 +22,18 @@ from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import compare_tables, run_table
-from orchestrator.session import DEFAULT_SIZER, TRACES, MockOptions, RunConfig, execute
+from orchestrator.session import (
+    DEFAULT_SIZER,
+    TRACES,
+    LocalOptions,
+    MockOptions,
+    RunConfig,
+    SetupError,
+    execute,
+)
 from orchestrator.store import Store, default_path
 from orchestrator.waits import DEFAULT_POLICY, POLICIES, QueueWaits
+from orchestrator.worker import main as worker_main
 from workflows.sizing_bench import bench_sizing, format_sizing_table, sizing_rows
 from workflows.spec import SpecError, Workflow, example, load
 from workflows.traces import TraceError
@@ -143,6 +152,19 @@ def run(
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
+    size_wall: Annotated[
+        bool, typer.Option(help="Size wall time too; time-outs are retried longer.")
+    ] = False,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Local: run files go to WORKDIR/RUN_ID (default: beside the store)."),
+    ] = None,
+    bind: Annotated[
+        str, typer.Option(help="Local: the address the manager listens on for its workers.")
+    ] = "127.0.0.1",
+    oversubscribe: Annotated[
+        bool, typer.Option(help="Local: let a pilot ask for more cores than this machine has.")
+    ] = False,
     seed: Seed = 0,
     scale: Scale = None,
     db: Db = None,
@@ -153,14 +175,19 @@ def run(
     workflow = load_workflow(file, scale)
     _choice(strategy, STRATEGIES, "strategy")
     _choice(policy, POLICIES, "policy")
-    if backend != "mock":
-        fail(f"--backend {backend}: not available yet; use --backend mock")
+    if backend not in ("mock", "local"):
+        fail(f"--backend {backend}: not available yet; use --backend mock or local")
+    if backend != "mock" and strategy == "oracle":
+        fail("--strategy oracle needs the simulated queue's true waits: use --backend mock")
     config = RunConfig(
+        backend=backend,
         strategy=strategy,
         seed=seed,
         scale=scale,
         policy=policy,
+        size_wall=size_wall,
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
+        local=LocalOptions(workdir=workdir, bind=bind, oversubscribe=oversubscribe),
         **({"sizer": sizer} if sizer else {}),
     )
     summary = _run(workflow, config, db, dashboard=not (quiet or json_))
@@ -181,9 +208,20 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
                 return await execute(workflow, config, store, observer=view)
 
     try:
-        return clock.run(main(), virtual=True)
+        return clock.run(main(), virtual=config.backend == "mock")
     except SubmitError as e:
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
+    except SetupError as e:
+        fail(str(e))
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def worker(ctx: typer.Context) -> None:
+    """The agent a pilot runs: `leadtime worker --manager HOST:PORT ...` (see --help)."""
+    raise typer.Exit(worker_main(ctx.args))
 
 
 @app.command()

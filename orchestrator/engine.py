@@ -25,7 +25,7 @@ from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
-from orchestrator.pool import Pool, Worker
+from orchestrator.pool import Pool, Slot, Worker
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
 from workflows.spec import Allocation, Stage, Task, Workflow
@@ -152,6 +152,9 @@ class Engine:
             tasks = [TaskRun(t, features(t)) for t in expand(stage)]
             self.stages[stage.name] = StageRun(stage, tasks)
         self.pilots: dict[str, PilotRun] = {}
+        self._known_as: dict[str, PilotRun] = {}
+        """Every pilot by each name its workers may give: the engine's id, the job's name
+        and its job id."""
         self.notes: deque[tuple[float, str]] = deque(maxlen=50)
         self.status = "running"
         self.error: str | None = None
@@ -440,6 +443,7 @@ class Engine:
             action.prediction,
         )
         self.pilots[pilot_id] = pilot
+        self._known_as[pilot_id] = self._known_as[request.name] = pilot
         await self.store.put(
             "pilots",
             {"run_id": self.run_id, "pilot_id": pilot_id},
@@ -450,6 +454,7 @@ class Engine:
             submit_t=pilot.submit_t,
         )
         pilot.job_id = await self.backend.submit(request)
+        self._known_as[pilot.job_id] = pilot
         await self.store.put(
             "pilots", {"run_id": self.run_id, "pilot_id": pilot_id}, job_id=pilot.job_id
         )
@@ -536,20 +541,21 @@ class Engine:
     # ---- workers and tasks ----------------------------------------------------
 
     def _on_join(self, worker: Worker) -> None:
-        pilot = self.pilots.get(worker.pilot_id)
+        pilot = self._known_as.get(worker.pilot_id)
         if pilot is None or not pilot.live:
+            self._note(f"worker {worker.id} of pilot {worker.pilot_id!r} ignored: no such pilot")
             return
         pilot.workers.append(worker)
-        self.pool.join(worker, frozenset(pilot.stages))
+        self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
         if pilot.released:
             self.pool.drain(pilot.pilot_id)
 
     def _on_lost_worker(self, worker_id: str) -> None:
-        worker = self.pool.leave(worker_id)
-        if worker is not None:
-            pilot = self.pilots.get(worker.pilot_id)
-            if pilot is not None and worker in pilot.workers:
-                pilot.workers.remove(worker)
+        slot = self.pool.leave(worker_id)
+        if slot is not None:
+            pilot = self.pilots[slot.pilot_id]
+            if slot.worker in pilot.workers:
+                pilot.workers.remove(slot.worker)
 
     def _place(self) -> list[tuple[Worker, AttemptSpec]]:
         """Place ready tasks, stage by stage in workflow order, head of each queue first."""
@@ -572,8 +578,8 @@ class Engine:
                 expected = task.allocation.wall
                 if expected == float("inf"):
                     expected = stage.durations.mean or 0.0
-                worker = self.pool.place(stage.spec.name, task.allocation, now + expected)
-                if worker is None:
+                slot = self.pool.place(stage.spec.name, task.allocation, now + expected)
+                if slot is None:
                     if self._own_workers(stage) and not self.pool.could_ever_fit(
                         stage.spec.name, task.allocation
                     ):
@@ -581,7 +587,7 @@ class Engine:
                         self._fail(stage, task, f"{task.allocation} fits none of its workers")
                     break
                 stage.queue.popleft()
-                starts.append((worker, self._start(stage, task, worker)))
+                starts.append((slot.worker, self._start(stage, task, slot)))
         return starts
 
     def _own_workers(self, stage: StageRun) -> bool:
@@ -590,7 +596,7 @@ class Engine:
             p.workers for p in self.pilots.values() if stage.spec.name in p.stages and p.live
         )
 
-    def _start(self, stage: StageRun, task: TaskRun, worker: Worker) -> AttemptSpec:
+    def _start(self, stage: StageRun, task: TaskRun, slot: Slot) -> AttemptSpec:
         assert task.allocation is not None
         task.attempts += 1
         task.state = "running"
@@ -605,8 +611,8 @@ class Engine:
         self.store.stage(
             "attempts",
             {"run_id": self.run_id, "task_id": spec.task_id, "attempt": spec.attempt},
-            worker=worker.id,
-            pilot_id=worker.pilot_id,
+            worker=slot.worker.id,
+            pilot_id=slot.pilot_id,
             allocation=task.allocation.as_dict(),
             outcome="running",
             start_t=self.now(),
@@ -688,10 +694,12 @@ class Engine:
         stage.queue.appendleft(task)
 
     def _fail(self, stage: StageRun, task: TaskRun, why: str) -> None:
+        """The task cannot succeed: its stage, and so the run, failed (no event may follow)."""
         task.state = "failed"
         self.error = f"task {task.task.id}: {why}"
         self._note(self.error)
         self._set_phase(stage, Phase.FAILED)
+        self.status = "failed"
 
     def _task(self, task_id: str) -> TaskRun:
         stage_name, index = task_id.rsplit(".", 1)

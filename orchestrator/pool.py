@@ -21,18 +21,25 @@ class Worker(Protocol):
 
     id: str
     pilot_id: str
+    """Its pilot as the worker knows it: the engine's id, the job's name or its job id."""
     capacity: Resources
     end_time: float
     """When its pilot's allocation ends, on the loop clock."""
+
+    @property
+    def accepting(self) -> bool:
+        """Takes new attempts (a worker stops a while before its pilot ends)."""
+        ...
 
     async def run(self, spec: AttemptSpec) -> AttemptResult: ...
 
 
 @dataclass
 class Slot:
-    """A worker in the pool with what is allocated on it."""
+    """A worker in the pool, the pilot it belongs to, and what is allocated on it."""
 
     worker: Worker
+    pilot_id: str
     stages: frozenset[str]
     used: Resources = field(default_factory=Resources)
     running: int = 0
@@ -50,12 +57,13 @@ class Pool:
         self._slots: dict[str, Slot] = {}
         self._draining: set[str] = set()
 
-    def join(self, worker: Worker, stages: frozenset[str]) -> None:
-        self._slots[worker.id] = Slot(worker, stages)
+    def join(self, worker: Worker, pilot_id: str, stages: frozenset[str]) -> None:
+        """``worker`` of pilot ``pilot_id`` (the engine's id) serves ``stages`` first."""
+        self._slots[worker.id] = Slot(worker, pilot_id, stages)
 
-    def leave(self, worker_id: str) -> Worker | None:
-        slot = self._slots.pop(worker_id, None)
-        return slot.worker if slot else None
+    def leave(self, worker_id: str) -> Slot | None:
+        """Forget a worker; its slot, if it was in the pool."""
+        return self._slots.pop(worker_id, None)
 
     def drain(self, pilot_id: str) -> None:
         """The pilot takes no new work (its stages are done, or it is being released)."""
@@ -63,18 +71,18 @@ class Pool:
 
     def workers(self, pilot_id: str | None = None) -> Iterator[Worker]:
         for slot in self._slots.values():
-            if pilot_id is None or slot.worker.pilot_id == pilot_id:
+            if pilot_id is None or slot.pilot_id == pilot_id:
                 yield slot.worker
 
     def busy(self, pilot_id: str) -> bool:
-        return any(s.running for s in self._slots.values() if s.worker.pilot_id == pilot_id)
+        return any(s.running for s in self._slots.values() if s.pilot_id == pilot_id)
 
     def largest(self) -> Resources | None:
         """The capacity of the largest worker in the pool (by cores, then memory)."""
         caps = [s.worker.capacity for s in self._slots.values()]
         return max(caps, key=lambda c: (c.cores, c.memory, c.disk), default=None)
 
-    def place(self, stage: str, allocation: Resources, until: float) -> Worker | None:
+    def place(self, stage: str, allocation: Resources, until: float) -> Slot | None:
         """Reserve ``allocation`` on the best worker for a task of ``stage`` running ``until``.
 
         Workers of the stage's own pilot come first; among equals, the one the
@@ -92,14 +100,15 @@ class Pool:
         slot = best[1]
         slot.used = slot.used.plus(allocation)
         slot.running += 1
-        return slot.worker
+        return slot
 
     def could_ever_fit(self, stage: str, allocation: Resources) -> bool:
-        """Whether some worker the stage may use could hold ``allocation`` once empty."""
+        """Whether some worker the stage may use could hold ``allocation`` once empty
+        (draining or not: a pilot that replaces it brings workers of the same size)."""
         return any(
             allocation.fits_in(s.worker.capacity)
             for s in self._slots.values()
-            if self._eligible(s, stage, until=float("-inf"))
+            if self.share or stage in s.stages
         )
 
     def release(self, worker_id: str, allocation: Resources) -> None:
@@ -123,6 +132,6 @@ class Pool:
 
     def _eligible(self, slot: Slot, stage: str, until: float) -> bool:
         worker = slot.worker
-        if worker.pilot_id in self._draining or worker.end_time < until:
+        if slot.pilot_id in self._draining or worker.end_time < until or not worker.accepting:
             return False
         return self.share or stage in slot.stages

@@ -6,22 +6,28 @@ so a run looks the same whichever door it came in by.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from backends.base import BatchBackend
+from backends.local import LocalBackend
 from backends.mock import MockSlurm
 from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
-from learners.resources import Resources
+from learners.resources import PACKED, RESOURCES, Resources
 from learners.sizing import make_sizer
 from learners.sizing.base import TaskFeatures
-from orchestrator import clock
+from orchestrator import clock, protocol
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
+from orchestrator.manager import Manager
 from orchestrator.planner import make_planner
 from orchestrator.pool import Pool
+from orchestrator.remote import RemoteWorkers
 from orchestrator.simulate import SimulatedWorkers, task_truths
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
@@ -70,8 +76,31 @@ class MockOptions:
         return MockSlurm(cluster, background=load, **common)
 
 
+class SetupError(Exception):
+    """A run could not start for a reason its user can fix (an address, a directory)."""
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """Pilots as processes on this machine, workers connecting to this process."""
+
+    workdir: Path | None = None
+    """A run's files (pilot logs, sandboxes) go to ``workdir/<run id>``; by default to
+    ``runs/<run id>`` beside the store's file, or to a temporary directory removed after
+    the run when the store is in memory."""
+    bind: str = "127.0.0.1"
+    """Address the manager listens on (loopback: only this machine's workers can reach it)."""
+    oversubscribe: bool = False
+    """Let a pilot ask for more cores than this machine has."""
+    worker_args: tuple[str, ...] = ()
+    """More ``leadtime worker`` options for every worker (``--sample-interval 0.2``, say)."""
+    heartbeat_s: float = 5.0
+
+
 @dataclass(frozen=True)
 class RunConfig:
+    backend: str = "mock"
+    """mock (the simulated cluster, virtual time) or local (real processes, real time)."""
     strategy: str = "per-stage"
     sizer: str = DEFAULT_SIZER
     seed: int = 0
@@ -80,7 +109,11 @@ class RunConfig:
     share: bool = True
     """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
     idle_cancel_s: float = 600.0
+    size_wall: bool = False
+    """Size wall time too: a task that does not declare one gets a learned limit, and one
+    that times out is retried with a longer limit. Otherwise only a declared limit holds."""
     mock: MockOptions = field(default_factory=MockOptions)
+    local: LocalOptions = field(default_factory=LocalOptions)
 
     def options(self) -> EngineOptions:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
@@ -116,13 +149,40 @@ async def execute(
     observer: Observer | None = None,
     run_id: str | None = None,
 ) -> RunSummary:
-    """Run ``workflow`` once and return its figures (the store keeps the details)."""
-    mock = None
-    if backend is None:
-        backend = mock = config.mock.backend()
-    elif isinstance(backend, MockSlurm):
-        mock = backend
-    node = _node(mock.cluster) if mock else NODE
+    """Run ``workflow`` once and return its figures (the store keeps the details).
+
+    Without ``backend``, ``config.backend`` says where pilots come from.
+    """
+    run_id = run_id or uuid.uuid4().hex[:12]
+    async with contextlib.AsyncExitStack() as stack:
+        if backend is None and config.backend == "local":
+            backend, workers = await stack.enter_async_context(
+                local_pilots(config.local, store, run_id)
+            )
+        elif backend is None and config.backend == "mock":
+            backend = config.mock.backend()
+        elif backend is None:
+            raise ValueError(f"runs on the {config.backend} backend are not available yet")
+        stack.push_async_callback(backend.close)
+        return await _execute(workflow, config, store, backend, workers, observer, run_id)
+
+
+async def _execute(
+    workflow: Workflow,
+    config: RunConfig,
+    store: Store,
+    backend: BatchBackend,
+    workers: WorkerSource | None,
+    observer: Observer | None,
+    run_id: str,
+) -> RunSummary:
+    mock = backend if isinstance(backend, MockSlurm) else None
+    if mock is not None:
+        node = _node(mock.cluster)
+    elif isinstance(backend, LocalBackend):
+        node = backend.node
+    else:
+        node = NODE
     if workers is None:
         if mock is None:
             raise ValueError(f"the {backend.name} backend needs a worker source")
@@ -144,7 +204,12 @@ async def execute(
         true_wait=mock.true_wait if mock is not None else None,
         idle_cancel_s=config.idle_cancel_s,
     )
-    sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
+    sizer = make_sizer(
+        config.sizer,
+        worker=largest_worker(own.values()),
+        seed=config.seed,
+        resources=RESOURCES if config.size_wall else PACKED,
+    )
     engine = Engine(
         workflow,
         backend,
@@ -159,10 +224,48 @@ async def execute(
         features=features,
         observer=observer,
     )
-    try:
-        return await engine.run()
-    finally:
-        await backend.close()
+    if isinstance(workers, RemoteWorkers):
+        workers.attach(engine.post)
+    return await engine.run()
+
+
+@contextlib.asynccontextmanager
+async def local_pilots(
+    options: LocalOptions, store: Store, run_id: str
+) -> AsyncIterator[tuple[LocalBackend, RemoteWorkers]]:
+    """This process as the run's manager, and pilots of local workers that connect to it.
+
+    The run's secret is made here and reaches the workers through their
+    environment only.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        if options.workdir is not None:
+            run_dir = options.workdir / run_id
+        elif store.path is not None:
+            run_dir = store.path.parent / "runs" / run_id
+        else:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="leadtime-"))
+            run_dir = Path(scratch) / run_id
+        secret = protocol.generate_secret()
+        manager = Manager(secret, host=options.bind, heartbeat_s=options.heartbeat_s)
+        try:
+            host, port = await manager.start()
+        except OSError as e:
+            raise SetupError(f"the manager cannot listen on {options.bind}: {e}") from e
+        stack.push_async_callback(manager.close)
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1" if host == "0.0.0.0" else "::1"
+        try:
+            backend = LocalBackend(
+                f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+                run_dir,
+                worker_args=options.worker_args,
+                worker_env={protocol.SECRET_ENV: secret.hex()},
+                oversubscribe=options.oversubscribe,
+            )
+        except OSError as e:
+            raise SetupError(f"cannot make the run directory {run_dir}: {e.strerror}") from e
+        yield backend, RemoteWorkers(manager)
 
 
 NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
@@ -184,4 +287,14 @@ def run_simulated(workflow: Workflow, config: RunConfig, db: str | Path = ":memo
     return clock.run(main(), virtual=True)
 
 
-__all__ = ["BACKENDS", "TRACES", "MockOptions", "RunConfig", "execute", "replace", "run_simulated"]
+__all__ = [
+    "BACKENDS",
+    "TRACES",
+    "LocalOptions",
+    "MockOptions",
+    "RunConfig",
+    "SetupError",
+    "execute",
+    "replace",
+    "run_simulated",
+]

@@ -119,6 +119,9 @@ class _Running:
 class SimWorker:
     """One node of a running simulated pilot."""
 
+    accepting = True
+    """Until its pilot ends: a simulated pilot ends exactly at its end time."""
+
     def __init__(
         self,
         worker_id: str,
