@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -200,7 +202,13 @@ def run(
 
 
 def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: bool):
+    real = config.backend != "mock"
+
     async def main():
+        if real:  # SIGTERM ends a real run as Ctrl-C does: its pilots released, none left behind
+            task = asyncio.current_task()
+            assert task is not None
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         async with await Store.open(db) as store:
             if not dashboard:
                 return await execute(workflow, config, store)
@@ -208,7 +216,9 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
                 return await execute(workflow, config, store, observer=view)
 
     try:
-        return clock.run(main(), virtual=config.backend == "mock")
+        return clock.run(main(), virtual=not real)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        fail("interrupted: the run's pilots were released", code=130)
     except SubmitError as e:
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
     except SetupError as e:

@@ -193,7 +193,9 @@ class Engine:
         except BaseException as e:
             if self.status == "running":
                 self.status = "failed"
-                self.error = self.error or f"{type(e).__name__}: {e}"
+                stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
+                why = "interrupted" if stopped else f"{type(e).__name__}: {e}"
+                self.error = self.error or why
             raise
         finally:
             await self._shutdown()

@@ -1,0 +1,286 @@
+"""Whole runs on the local backend: real workflows of real processes, end to end."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from learners.resources import Resources
+from orchestrator import clock, protocol
+from orchestrator.session import LocalOptions, RunConfig, execute
+from orchestrator.store import Store
+from workflows.spec import loads
+
+FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
+
+HOG = '''\
+"""hog.py STAGE INDEX MB:SECONDS ROOT: hold MB megabytes for SECONDS, write a value and the
+process's own peak RSS (MB) to ROOT/STAGE/INDEX."""
+import pathlib, resource, sys, time
+
+stage, index, spec, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], pathlib.Path(sys.argv[4])
+mb, seconds = map(float, spec.split(":"))
+block = b"x" * int(mb * 2**20)
+if stage == "gen":
+    value = index + 1
+elif stage == "square":
+    value = int((root / "gen" / str(index % 4)).read_text().split()[0]) ** 2
+else:
+    value = sum(int(p.read_text().split()[0]) for p in (root / "square").iterdir())
+time.sleep(seconds)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+(root / stage).mkdir(exist_ok=True)
+(root / stage / str(index)).write_text(f"{value} {peak:.1f}\\n")
+'''
+
+SQUARES = {"40:0.5": 40, "45:0.5": 45, "120:0.6": 120, "160:0.6": 160, "250:0.6": 250}
+
+
+def three_stages(root) -> str:
+    command = f"{sys.executable} {root / 'hog.py'} {{stage}} {{index}} {{item}} {root}"
+    squares = [*SQUARES, "40:0.5"]
+    return textwrap.dedent(
+        f"""
+        name = "hogs"
+        [[stage]]
+        name = "gen"
+        allocation = {{ cores = 2, time = "5m" }}
+        [stage.tasks]
+        command = "{command}"
+        items = ["30:0.3", "30:0.3", "30:0.3", "30:0.3"]
+        cores = 1
+        disk = "50M"
+        [[stage]]
+        name = "square"
+        after = ["gen"]
+        allocation = {{ cores = 2, time = "5m" }}
+        tasks = {{ command = "{command}", items = {json.dumps(squares)}, cores = 1, disk = "50M" }}
+        [[stage]]
+        name = "sum"
+        after = ["square"]
+        allocation = {{ cores = 1, memory = "2G", time = "5m" }}
+        tasks = {{ command = "{command}", items = ["30:0.2"], cores = 1, disk = "50M" }}
+        """
+    )
+
+
+def local_config(tmp_path, strategy="asa", **kw) -> RunConfig:
+    options = LocalOptions(workdir=tmp_path / "runs", worker_args=FAST_SAMPLES, heartbeat_s=0.5)
+    return RunConfig(backend="local", strategy=strategy, local=options, **kw)
+
+
+async def intrude(address) -> None:
+    """A client without the run's secret, one sending random bytes, one an oversized frame."""
+    reader, writer = await asyncio.open_connection(*address)
+    with pytest.raises(protocol.AuthError):
+        await protocol.offer(
+            protocol.Channel(reader, writer),
+            bytes(32),
+            protocol.Registration("intruder", "", "x", 1, Resources(1, 1, 1), None),
+        )
+    writer.close()
+    for payload in (os.urandom(4096), (protocol.MAX_FRAME * 4).to_bytes(4, "big")):
+        reader, writer = await asyncio.open_connection(*address)
+        writer.write(payload)
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+
+
+def test_three_stages_of_real_programs_sized_killed_retried_and_done(tmp_path):
+    """Tasks over their learned memory are killed and retried larger; strangers are refused."""
+    (tmp_path / "hog.py").write_text(HOG)
+    workflow = loads(three_stages(tmp_path))
+    managers, intrusions = [], []
+
+    def observer(engine):
+        if not managers and engine.source.manager.workers:
+            managers.append(engine.source.manager)
+            intrusions.append(asyncio.ensure_future(intrude(engine.source.manager.address)))
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            summary = await execute(workflow, local_config(tmp_path), store, observer=observer)
+            await intrusions[0]
+            rows = {t: await store.rows(t, {"run_id": summary.run_id}) for t in ("attempts",)}
+            rows["pilots"] = await store.rows("pilots", {"run_id": summary.run_id})
+            rows["tasks"] = await store.rows("tasks", {"run_id": summary.run_id})
+            return summary, rows
+
+    summary, rows = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    assert managers[0].rejected == 3 and not managers[0].workers
+
+    # The outputs: each stage read the one before.
+    values = {
+        stage: {p.name: int(p.read_text().split()[0]) for p in (tmp_path / stage).iterdir()}
+        for stage in ("gen", "square", "sum")
+    }
+    assert values["gen"] == {str(i): i + 1 for i in range(4)}
+    assert values["square"] == {str(i): (i % 4 + 1) ** 2 for i in range(6)}
+    assert values["sum"] == {"0": sum(values["square"].values())}
+
+    # Tasks above what the sizer learned were killed for memory and retried larger.
+    attempts = rows["attempts"]
+    killed = [a for a in attempts if a["outcome"] == "exhausted"]
+    assert {a["exhausted"] for a in killed} == {"memory"}
+    assert len({a["task_id"] for a in killed}) >= 2
+    for a in killed:
+        assert a["measured"] > a["allocation"]["memory"]
+        retry = next(
+            b for b in attempts if b["task_id"] == a["task_id"] and b["attempt"] == a["attempt"] + 1
+        )
+        assert retry["allocation"]["memory"] > a["allocation"]["memory"]
+        assert {k: retry["allocation"][k] for k in ("cores", "disk")} == {"cores": 1, "disk": 50}
+    assert {t["state"] for t in rows["tasks"]} == {"done"} and len(rows["tasks"]) == 11
+    assert {p["state"] for p in rows["pilots"]} == {"COMPLETED"}
+
+    # The store's records match what the programs measured of themselves.
+    for a in attempts:
+        if a["outcome"] != "success":
+            continue
+        stage, index = a["task_id"].split(".")
+        own_peak = float((tmp_path / stage / index).read_text().split()[1])
+        assert a["peak"]["memory"] == pytest.approx(own_peak, rel=0.1)
+        assert a["peak"]["memory"] <= a["allocation"]["memory"]
+        assert a["peak"]["wall"] >= 0.2
+    held = {
+        int(a["task_id"].split(".")[1]): a["peak"]["memory"]
+        for a in attempts
+        if a["task_id"].startswith("square.") and a["outcome"] == "success"
+    }
+    for index, mb in enumerate(SQUARES.values()):
+        assert mb < held[index] < mb * 1.1 + 15  # what it held, plus the interpreter
+
+
+def test_a_worker_killed_mid_task_loses_it_and_the_task_completes_elsewhere(tmp_path):
+    (tmp_path / "hog.py").write_text(HOG)
+    command = f"{sys.executable} {tmp_path / 'hog.py'} gen {{index}} 20:1.5 {tmp_path}"
+    workflow = loads(
+        textwrap.dedent(
+            f"""
+            name = "fragile"
+            [[stage]]
+            name = "gen"
+            allocation = {{ cores = 2, time = "5m" }}
+            [stage.tasks]
+            command = "{command}"
+            count = 4
+            cores = 1
+            memory = "200M"
+            disk = "50M"
+            """
+        )
+    )
+    killed: list[int] = []
+
+    def observer(engine):
+        if not killed and any(s.running for s in engine.stages.values()):
+            killed.append(0)
+            asyncio.get_running_loop().call_later(0.4, kill_a_worker)
+
+    def kill_a_worker():
+        workers = [p for p in psutil.Process().children() if "orchestrator.worker" in p.cmdline()]
+        killed[0] = workers[0].pid
+        os.kill(workers[0].pid, signal.SIGKILL)
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            config = local_config(tmp_path, strategy="per-stage")
+            summary = await execute(workflow, config, store, observer=observer)
+            attempts = await store.rows("attempts", {"run_id": summary.run_id}, order="start_t")
+            tasks = await store.rows("tasks", {"run_id": summary.run_id})
+            return summary, attempts, tasks
+
+    summary, attempts, tasks = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    assert killed[0] > 0
+    lost = [a for a in attempts if a["outcome"] == "lost"]
+    assert len(lost) == 2  # both tasks that were running on it
+    for a in lost:
+        task = [b for b in attempts if b["task_id"] == a["task_id"]]
+        after = [b for b in task if b["attempt"] > a["attempt"]]
+        assert [b["outcome"] for b in after] == ["success"]
+        assert after[0]["pilot_id"] != a["pilot_id"]  # on the pilot that replaced the dead one
+        assert after[0]["allocation"] == a["allocation"]  # a loss is not a resource failure
+    assert [p.state for p in summary.pilots] == ["FAILED", "COMPLETED"]
+    assert {t["state"] for t in tasks} == {"done"}
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["0", "1", "2", "3"]
+
+
+def test_a_failing_task_fails_its_stage_after_max_attempts(tmp_path):
+    workflow = loads(
+        """
+        name = "broken"
+        [[stage]]
+        name = "bad"
+        allocation = { cores = 1, time = "5m" }
+        [stage.tasks]
+        command = "echo working; echo oops >&2; exit 3"
+        count = 1
+        max_attempts = 2
+        cores = 1
+        memory = "50M"
+        disk = "10M"
+        """
+    )
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            summary = await execute(workflow, local_config(tmp_path), store)
+            return summary, await store.rows("attempts", {"run_id": summary.run_id})
+
+    summary, attempts = clock.run(main(), virtual=False)
+    assert summary.status == "failed"
+    assert "task bad.0: failed 2 times (exit code 3)" in summary.error
+    assert "oops" in summary.error and "working" in summary.error
+    assert [(a["outcome"], a["exit_code"]) for a in attempts] == [("failed", 3)] * 2
+    assert all(p.state == "COMPLETED" for p in summary.pilots)
+
+
+def test_leadtime_run_backend_local(tmp_path):
+    out = tmp_path / "out"
+    (tmp_path / "wf.toml").write_text(
+        textwrap.dedent(
+            f"""
+            name = "tiny"
+            [[stage]]
+            name = "a"
+            allocation = {{ cores = 1, time = "5m" }}
+            tasks = {{ command = "echo {{index}} > {out}-{{index}}", count = 3 }}
+            [[stage]]
+            name = "b"
+            after = ["a"]
+            allocation = {{ cores = 1, time = "5m" }}
+            tasks = {{ command = "cat {out}-* > {out}", count = 1 }}
+            """
+        )
+    )
+    run = [sys.executable, "-c", "from orchestrator.cli import main; main()", "run"]
+    run += [str(tmp_path / "wf.toml"), "--backend", "local", "--db", str(tmp_path / "db")]
+    done = subprocess.run(
+        [*run, "--workdir", str(tmp_path / "work"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["status"] == "done"
+    assert out.read_text().split() == ["0", "1", "2"]
+    run_dir = tmp_path / "work" / summary["run_id"]
+    assert len(list(run_dir.glob("*.out"))) == 2  # one log per pilot
+    refused = subprocess.run(
+        [*run, "--bind", "10.9.9.9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and "cannot listen on 10.9.9.9" in refused.stderr
