@@ -154,9 +154,6 @@ def run(
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
-    size_wall: Annotated[
-        bool, typer.Option(help="Size wall time too; time-outs are retried longer.")
-    ] = False,
     workdir: Annotated[
         Path | None,
         typer.Option(help="Local: run files go to WORKDIR/RUN_ID (default: beside the store)."),
@@ -187,7 +184,6 @@ def run(
         seed=seed,
         scale=scale,
         policy=policy,
-        size_wall=size_wall,
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
         local=LocalOptions(workdir=workdir, bind=bind, oversubscribe=oversubscribe),
         **({"sizer": sizer} if sizer else {}),

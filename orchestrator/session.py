@@ -19,7 +19,7 @@ from backends.base import BatchBackend
 from backends.local import LocalBackend
 from backends.mock import MockSlurm
 from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
-from learners.resources import PACKED, RESOURCES, Resources
+from learners.resources import Resources
 from learners.sizing import make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import clock, protocol
@@ -109,9 +109,6 @@ class RunConfig:
     share: bool = True
     """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
     idle_cancel_s: float = 600.0
-    size_wall: bool = False
-    """Size wall time too: a task that does not declare one gets a learned limit, and one
-    that times out is retried with a longer limit. Otherwise only a declared limit holds."""
     mock: MockOptions = field(default_factory=MockOptions)
     local: LocalOptions = field(default_factory=LocalOptions)
 
@@ -204,12 +201,7 @@ async def _execute(
         true_wait=mock.true_wait if mock is not None else None,
         idle_cancel_s=config.idle_cancel_s,
     )
-    sizer = make_sizer(
-        config.sizer,
-        worker=largest_worker(own.values()),
-        seed=config.seed,
-        resources=RESOURCES if config.size_wall else PACKED,
-    )
+    sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
     engine = Engine(
         workflow,
         backend,
