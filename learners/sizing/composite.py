@@ -65,7 +65,9 @@ class CategoryLearner(Protocol):
 
     resources: tuple[Resource, ...]
 
-    def first(self, task: TaskFeatures) -> dict[Resource, float]: ...
+    def first(self, task: TaskFeatures) -> dict[Resource, float]:
+        """The values of a first attempt (those the task declares may be left out)."""
+        ...
 
     def retry(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
@@ -86,7 +88,8 @@ class PerResource:
         self.resources = tuple(self.learners)
 
     def first(self, task: TaskFeatures) -> dict[Resource, float]:
-        return {r: learner.first(task) for r, learner in self.learners.items()}
+        declared = task.declared
+        return {r: ln.first(task) for r, ln in self.learners.items() if r not in declared}
 
     def retry(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
@@ -218,8 +221,8 @@ class Composite:
         out: dict[str, float] = {r: 0.0 for r in PACKED}
         out["wall"] = math.inf
         for r in self.resources:
-            value = min(max(values[r], self.minimum[r], POSITIVE[r]), worker[r])
-            out[r] = value
+            if r not in task.declared:
+                out[r] = min(max(values[r], self.minimum[r], POSITIVE[r]), worker[r])
         for name, value in task.declared.items():
             if name not in out:
                 known = ", ".join(out)
