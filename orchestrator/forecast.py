@@ -10,47 +10,60 @@ that has already run long is expected to run longer, not to end at once.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
-from dataclasses import dataclass, field
-
 import numpy as np
 
 
-@dataclass
 class Durations:
-    """Successful task durations of one stage, kept sorted for residual-life queries."""
+    """Successful task durations of one stage, kept sorted for residual-life queries.
 
-    prior: float | None = None
-    """Expected duration before any task has finished (e.g. from earlier runs)."""
-    _sorted: list[float] = field(default_factory=list)
-    _suffix: np.ndarray | None = None
+    A stage adds one duration per task and is asked for forecasts on every
+    pass of the engine, so both are cheap: an addition shifts two arrays
+    (sorted values and their suffix sums) in place, a query is a binary search.
+    """
+
+    def __init__(self, prior: float | None = None) -> None:
+        self.prior = prior
+        """Expected duration before any task has finished (e.g. from earlier runs)."""
+        self._n = 0
+        self._values = np.empty(16)
+        self._suffix = np.zeros(17)
+        """``_suffix[i]`` is the total of the ``i``-th shortest onward (0 past the end)."""
 
     def add(self, duration: float) -> None:
-        insort(self._sorted, duration)
-        self._suffix = None
+        n = self._n
+        if n == len(self._values):
+            self._grow()
+        values, suffix = self._values, self._suffix
+        at = int(np.searchsorted(values[:n], duration, side="right"))
+        values[at + 1 : n + 1] = values[at:n]
+        values[at] = duration
+        suffix[at + 1 : n + 2] = suffix[at : n + 1]
+        suffix[: at + 1] += duration
+        self._n = n + 1
+
+    def _grow(self) -> None:
+        n = self._n
+        values, suffix = np.empty(2 * n), np.zeros(2 * n + 1)
+        values[:n], suffix[: n + 1] = self._values[:n], self._suffix[: n + 1]
+        self._values, self._suffix = values, suffix
 
     def __len__(self) -> int:
-        return len(self._sorted)
+        return self._n
 
     @property
     def mean(self) -> float | None:
-        if self._sorted:
-            return self._sums()[0] / len(self._sorted)
+        if self._n:
+            return float(self._suffix[0]) / self._n
         return self.prior
 
     def remaining(self, elapsed: float) -> float | None:
         """Expected time left for a task that has run ``elapsed`` seconds."""
-        if not self._sorted:
+        n = self._n
+        if not n:
             return None if self.prior is None else max(self.prior - elapsed, 0.0)
-        i = bisect_right(self._sorted, elapsed)
-        longer = len(self._sorted) - i
-        return self._sums()[i] / longer - elapsed if longer else 0.0
-
-    def _sums(self) -> np.ndarray:
-        """Suffix sums: ``_sums()[i]`` is the total of the ``i``-th shortest onward."""
-        if self._suffix is None:
-            self._suffix = np.append(np.cumsum(self._sorted[::-1])[::-1], 0.0)
-        return self._suffix
+        i = int(np.searchsorted(self._values[:n], elapsed, side="right"))
+        longer = n - i
+        return float(self._suffix[i]) / longer - elapsed if longer else 0.0
 
 
 def forecast_end(
@@ -72,7 +85,7 @@ def forecast_end(
         return now
     free = sorted(durations.remaining(e) or 0.0 for e in running_elapsed)
     slots = max(slots, len(free), 1 if queued else 0)
-    free += [0.0] * (slots - len(free))
+    free = [0.0] * (slots - len(free)) + free  # idle slots first: in order of freeing up
     base, extra = divmod(queued, slots)
     end = max(f + (base + (1 if i < extra else 0)) * mean for i, f in enumerate(free))
     return now + end
