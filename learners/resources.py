@@ -33,7 +33,11 @@ class Resources:
 
     def fits_in(self, capacity: Resources) -> bool:
         """True when every packed resource is within ``capacity``."""
-        return all(self[r] <= capacity[r] + 1e-9 for r in PACKED)
+        return (
+            self.cores <= capacity.cores + 1e-9
+            and self.memory <= capacity.memory + 1e-9
+            and self.disk <= capacity.disk + 1e-9
+        )
 
     def exceeded_by(self, usage: Resources) -> Resource | None:
         """The first resource whose ``usage`` is above this allocation, if any."""
@@ -42,13 +46,18 @@ class Resources:
                 return r
         return None
 
+    # Spelt out: the pool and the workers call these for every attempt.
     def plus(self, other: Resources) -> Resources:
         """Sum of the packed resources; wall time is kept from ``self``."""
-        return replace(self, **{r: self[r] + other[r] for r in PACKED})
+        return Resources(
+            self.cores + other.cores, self.memory + other.memory, self.disk + other.disk, self.wall
+        )
 
     def minus(self, other: Resources) -> Resources:
         """Difference of the packed resources; wall time is kept from ``self``."""
-        return replace(self, **{r: self[r] - other[r] for r in PACKED})
+        return Resources(
+            self.cores - other.cores, self.memory - other.memory, self.disk - other.disk, self.wall
+        )
 
     def as_dict(self) -> dict[str, float]:
-        return {r: self[r] for r in RESOURCES}
+        return {"cores": self.cores, "memory": self.memory, "disk": self.disk, "wall": self.wall}
