@@ -45,8 +45,17 @@ class Slot:
     running: int = 0
 
     @property
-    def free(self) -> Resources:
-        return self.worker.capacity.minus(self.used)
+    def free_cores(self) -> float:
+        return self.worker.capacity.cores - self.used.cores
+
+    def has_room(self, allocation: Resources) -> bool:
+        """Whether ``allocation`` fits in what is free (asked of every slot per placement)."""
+        capacity, used = self.worker.capacity, self.used
+        return (
+            allocation.cores <= capacity.cores - used.cores + 1e-9
+            and allocation.memory <= capacity.memory - used.memory + 1e-9
+            and allocation.disk <= capacity.disk - used.disk + 1e-9
+        )
 
 
 class Pool:
@@ -90,9 +99,9 @@ class Pool:
         """
         best: tuple[tuple[bool, float], Slot] | None = None
         for slot in self._slots.values():
-            if not self._eligible(slot, stage, until) or not allocation.fits_in(slot.free):
+            if not self._eligible(slot, stage, until) or not slot.has_room(allocation):
                 continue
-            rank = (stage not in slot.stages, slot.free.cores - allocation.cores)
+            rank = (stage not in slot.stages, slot.free_cores - allocation.cores)
             if best is None or rank < best[0]:
                 best = (rank, slot)
         if best is None:

@@ -150,11 +150,9 @@ class Store:
 
     def stage(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:
         """Queue an upsert of one row; :meth:`flush` writes the queue in one transaction."""
-        keys, cols = TABLES[table]
-        if set(key) != set(keys) or not set(fields) <= set(cols):
-            raise ValueError(f"bad columns for {table}: {sorted(key)} {sorted(fields)}")
-        values = (*(key[k] for k in keys), *(_encode(n, v) for n, v in fields.items()))
-        self._pending.append((_upsert_sql(table, keys, tuple(fields)), values))
+        sql = _upsert_sql(table, tuple(key), tuple(fields))
+        values = (*(key[k] for k in TABLES[table][0]), *(_encode(n, v) for n, v in fields.items()))
+        self._pending.append((sql, values))
 
     async def flush(self) -> None:
         """Write every queued change in one transaction: the write-ahead step before acting."""
@@ -211,7 +209,11 @@ class Store:
 
 
 @cache
-def _upsert_sql(table: str, keys: tuple[str, ...], fields: tuple[str, ...]) -> str:
+def _upsert_sql(table: str, key: tuple[str, ...], fields: tuple[str, ...]) -> str:
+    """The upsert of ``fields`` into ``table`` (checked once per shape of row)."""
+    keys, cols = TABLES[table]
+    if set(key) != set(keys) or not set(fields) <= set(cols):
+        raise ValueError(f"bad columns for {table}: {sorted(key)} {sorted(fields)}")
     names = (*keys, *fields)
     updates = ", ".join(f"{n}=excluded.{n}" for n in fields)
     conflict = f"DO UPDATE SET {updates}" if fields else "DO NOTHING"
