@@ -34,7 +34,7 @@ class Durations:
         if n == len(self._values):
             self._grow()
         values, suffix = self._values, self._suffix
-        at = int(np.searchsorted(values[:n], duration, side="right"))
+        at = int(values[:n].searchsorted(duration, side="right"))
         values[at + 1 : n + 1] = values[at:n]
         values[at] = duration
         suffix[at + 1 : n + 2] = suffix[at : n + 1]
@@ -61,7 +61,7 @@ class Durations:
         n = self._n
         if not n:
             return None if self.prior is None else max(self.prior - elapsed, 0.0)
-        i = int(np.searchsorted(self._values[:n], elapsed, side="right"))
+        i = int(self._values[:n].searchsorted(elapsed, side="right"))
         longer = n - i
         return float(self._suffix[i]) / longer - elapsed if longer else 0.0
 
