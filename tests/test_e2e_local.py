@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -17,6 +18,7 @@ from orchestrator.session import LocalOptions, RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import loads
 
+LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
 
 HOG = '''\
@@ -261,8 +263,8 @@ def test_leadtime_run_backend_local(tmp_path):
             """
         )
     )
-    run = [sys.executable, "-c", "from orchestrator.cli import main; main()", "run"]
-    run += [str(tmp_path / "wf.toml"), "--backend", "local", "--db", str(tmp_path / "db")]
+    run = [*LEADTIME, "run", str(tmp_path / "wf.toml"), "--backend", "local"]
+    run += ["--db", str(tmp_path / "db")]
     done = subprocess.run(
         [*run, "--workdir", str(tmp_path / "work"), "--json"],
         capture_output=True,
@@ -284,3 +286,44 @@ def test_leadtime_run_backend_local(tmp_path):
         check=False,
     )
     assert refused.returncode == 2 and "cannot listen on 10.9.9.9" in refused.stderr
+
+
+def test_sigterm_ends_a_local_run_and_leaves_no_worker_behind(tmp_path):
+    (tmp_path / "wf.toml").write_text(
+        textwrap.dedent(
+            """
+            name = "long"
+            [[stage]]
+            name = "a"
+            allocation = { cores = 1, time = "5m" }
+            tasks = { command = "sleep 60", count = 2, cores = 1, memory = "50M", disk = "1M" }
+            """
+        )
+    )
+    args = [str(tmp_path / "wf.toml"), "--backend", "local", "--quiet"]
+    args += ["--db", str(tmp_path / "db")]
+    run = subprocess.Popen(
+        [*LEADTIME, "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    manager = psutil.Process(run.pid)
+    for _ in range(200):  # the first task starts within a second or two
+        if any(p.name() == "sleep" for p in manager.children(recursive=True)):
+            break
+        time.sleep(0.1)
+    everything = manager.children(recursive=True)
+    assert any(p.name() == "sleep" for p in everything)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=30)
+    assert run.returncode == 130 and "interrupted" in err
+    assert not psutil.wait_procs(everything, timeout=5)[1]  # workers and tasks are gone
+
+
+def test_leadtime_worker_is_the_worker_agent():
+    worker = [*LEADTIME, "worker"]
+    usage = subprocess.run([*worker, "--help"], capture_output=True, text=True, check=False)
+    assert usage.returncode == 0 and "--manager" in usage.stdout and "--secret-file" in usage.stdout
+    env = {k: v for k, v in os.environ.items() if k != protocol.SECRET_ENV}
+    refused = subprocess.run(
+        [*worker, "--manager", "127.0.0.1:9"], capture_output=True, text=True, env=env, check=False
+    )
+    assert refused.returncode == 2 and "no secret" in refused.stderr
