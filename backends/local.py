@@ -1,14 +1,15 @@
 """Pilots as local processes on this machine: no queue, immediate start.
 
 A pilot is ``nodes`` (default one) ``leadtime worker`` processes, each given
-its share of the pilot's cores and memory, the pilot's end time and its
-name as the pilot id; the processes connect to the run's manager like the
-workers of a Slurm pilot. Nothing queues: a pilot starts the moment it is
-submitted, or the moment its dependency is satisfied, with Slurm's meaning
-of ``after``, ``afterany``, ``afterok`` and ``afternotok``
-(:func:`backends.base.dependency_status`); while it waits it is PENDING with
-reason ``Dependency``. Running pilots are not packed: their cores may add up
-to more than the machine has.
+its share of the pilot's cores and memory, CPUs of its own (as a Slurm
+cpuset would), the pilot's end time and its name as the pilot id; the
+processes connect to the run's manager like the workers of a Slurm pilot.
+Nothing queues: a pilot starts the moment it is submitted, or the moment its
+dependency is satisfied, with Slurm's meaning of ``after``, ``afterany``,
+``afterok`` and ``afternotok`` (:func:`backends.base.dependency_status`);
+while it waits it is PENDING with reason ``Dependency``. Running pilots are
+not packed: their cores may add up to more than the machine has (they then
+share its CPUs).
 
 A pilot's state follows its processes as Slurm's follows a batch job:
 ``release`` sends SIGTERM (the workers leave and exit 0: COMPLETED),
@@ -136,6 +137,10 @@ class LocalBackend:
         self.node = node or this_machine(self.run_dir)
         """This machine, as far as pilots go: their cores, memory and disk."""
         self._pilots: dict[str, _Pilot] = {}
+        self._cpu_use = dict.fromkeys(sorted(os.sched_getaffinity(0)), 0)
+        """Workers pinned to each CPU of this machine."""
+        self._cpus: dict[int, list[int]] = {}
+        """The CPUs of each running worker, by process id."""
         self._ids = itertools.count(1)
         self._updates: asyncio.Queue[JobInfo] = asyncio.Queue()
         self._closed = False
@@ -305,6 +310,7 @@ class LocalBackend:
                         start_new_session=True,
                     )
                     pilot.processes.append(process)
+                    self._pin(process, size.cores)
                     if self._closed:  # stopped while its workers were starting
                         _kill_tree(process.pid)
                     elif pilot.stop is not None:
@@ -314,8 +320,28 @@ class LocalBackend:
             log.error("pilot %s: %s", request.name, pilot.start_error)
             for process in pilot.processes:
                 _kill_tree(process.pid)
-        codes = await asyncio.gather(*(p.wait() for p in pilot.processes))
+        codes = await asyncio.gather(*(self._wait(p) for p in pilot.processes))
         self._finish(pilot, self._final_state(pilot, codes))
+
+    def _pin(self, process: asyncio.subprocess.Process, cores: float) -> None:
+        """Give the worker CPUs of its own, the least used, as Slurm gives a job's step its
+        cpuset: the worker pins its tasks within its CPUs, so workers must not share them.
+
+        Set as the worker starts, long before it reads its CPUs (after its imports).
+        """
+        count = min(len(self._cpu_use), max(1, math.ceil(cores - 1e-9)))
+        cpus = sorted(self._cpu_use, key=lambda cpu: (self._cpu_use[cpu], cpu))[:count]
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(process.pid, cpus)
+        for cpu in cpus:
+            self._cpu_use[cpu] += 1
+        self._cpus[process.pid] = cpus
+
+    async def _wait(self, process: asyncio.subprocess.Process) -> int:
+        code = await process.wait()
+        for cpu in self._cpus.pop(process.pid, ()):
+            self._cpu_use[cpu] -= 1
+        return code
 
     def _final_state(self, pilot: _Pilot, codes: Sequence[int]) -> JobState:
         if pilot.stop == "cancel":

@@ -82,6 +82,9 @@ async def test_a_pilot_starts_at_once_and_its_workers_register(tmp_path):
         assert all(w.capacity == Resources(1, 1500, NODE.disk) for w in workers)
         assert all(w.end_time == pytest.approx(info.start_time + 60, abs=0.01) for w in workers)
         assert sorted(w.pid for w in workers) == sorted(local.backend.workers(job))
+        cpus = [os.sched_getaffinity(w.pid) for w in workers]  # each its own, as a cpuset
+        assert [len(c) for c in cpus] == [1, 1]
+        assert cpus[0] != cpus[1] or len(os.sched_getaffinity(0)) == 1
 
         await local.backend.release(job)
         info = await local.state(job, JobState.COMPLETED)
