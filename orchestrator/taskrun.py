@@ -216,7 +216,7 @@ class Runner:
     @contextlib.contextmanager
     def _pinned(self, cpus: frozenset[int] | None) -> Iterator[None]:
         """Spawn on ``cpus``: a child inherits the affinity of the thread that forks it."""
-        if not cpus:
+        if not cpus or cpus == self._affinity:  # already ours: pinning would move us for nothing
             yield
             return
         os.sched_setaffinity(0, cpus)
