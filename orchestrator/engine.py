@@ -545,7 +545,7 @@ class Engine:
     def _on_join(self, worker: Worker) -> None:
         pilot = self._known_as.get(worker.pilot_id)
         if pilot is None or not pilot.live:
-            self._note(f"worker {worker.id} of pilot {worker.pilot_id!r} ignored: no such pilot")
+            self._note(f"worker {worker.id} ignored: no live pilot {worker.pilot_id!r}")
             return
         pilot.workers.append(worker)
         self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
