@@ -125,10 +125,10 @@ async def test_a_pilot_busy_at_its_time_limit_timed_out(tmp_path):
 async def test_an_idle_pilot_leaves_just_before_its_time_limit(tmp_path):
     """A worker drains a tenth of the limit before the end and leaves once idle."""
     async with Local(tmp_path) as local:
-        job = await local.backend.submit(request(time=2.0))
+        job = await local.backend.submit(request(time=3.0))
         await local.worker()
         info = await local.state(job, JobState.COMPLETED)
-        assert info.end_time - info.start_time == pytest.approx(1.8, abs=0.3)
+        assert 2.5 <= info.end_time - info.start_time < 3.0
 
 
 async def test_a_pilot_whose_worker_dies_failed(tmp_path):
