@@ -1,28 +1,25 @@
 """The run store: every state change is written here before it is acted on.
 
-One SQLite file (WAL, mode 0600) holds runs, stages, pilots, tasks,
-attempts, observed queue waits and learner state. Learner state is keyed by
-name and shared by every run that uses the same file, so what one workflow
-learns about the queue serves the next.
+One SQLite file (aiosqlite, WAL, mode 0600) holds runs, stages, pilots,
+tasks, attempts, observed queue waits and learner state. Learner state is
+keyed by name and shared by every run that uses the same file, so what one
+workflow learns about the queue serves the next.
 
-SQLite is called on the event loop's own thread. What the engine writes per
-pass is a few rows and one commit, which in WAL mode with
-``synchronous=NORMAL`` does not wait for the disk: tens of microseconds, a
-fraction of what handing each call to a thread and back costs a busy
-manager (bench/dispatch.py). Simulated time stands still meanwhile, as the
-loop is busy.
+Every call runs inside :func:`orchestrator.clock.held`, so simulated time
+stands still while SQLite works in its thread.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 from itertools import groupby
 from pathlib import Path
 from typing import Any
+
+import aiosqlite
 
 from orchestrator import clock
 
@@ -106,7 +103,7 @@ def default_path() -> Path:
 class Store:
     """An open store. Use :meth:`open`; close with :meth:`close` or ``async with``."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path | None) -> None:
+    def __init__(self, db: aiosqlite.Connection, path: Path | None) -> None:
         self._db = db
         self.path = path
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
@@ -121,32 +118,37 @@ class Store:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.close(os.open(target, os.O_CREAT | os.O_RDWR, 0o600))
             os.chmod(target, 0o600)
-        db = sqlite3.connect(":memory:" if target is None else str(target))
+        db = await clock.held(aiosqlite.connect(":memory:" if target is None else str(target)))
         store = cls(db, target)
-        store._setup()
+        await store._setup()
         return store
 
-    def _setup(self) -> None:
-        db = self._db
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=5000")
+    async def _setup(self) -> None:
+        await self._exec("PRAGMA journal_mode=WAL")
+        await self._exec("PRAGMA synchronous=NORMAL")
+        await self._exec("PRAGMA busy_timeout=5000")
         for table, (keys, cols) in TABLES.items():
             columns = ", ".join((*keys, *cols))
-            db.execute(
+            await self._exec(
                 f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(keys)}))"
             )
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        db.commit()
+        await self._exec(f"PRAGMA user_version={SCHEMA_VERSION}")
+        await self._commit()
 
     async def close(self) -> None:
-        self._db.close()
+        await clock.held(self._db.close())
 
     async def __aenter__(self) -> Store:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def _exec(self, sql: str, params: Iterable[Any] = ()) -> aiosqlite.Cursor:
+        return await clock.held(self._db.execute(sql, tuple(params)))
+
+    async def _commit(self) -> None:
+        await clock.held(self._db.commit())
 
     def stage(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:
         """Queue an upsert of one row; :meth:`flush` writes the queue in one transaction."""
@@ -159,9 +161,10 @@ class Store:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        with self._db:  # one transaction: committed, or rolled back on error
+        async with clock.hold():
             for sql, group in groupby(pending, key=lambda p: p[0]):
-                self._db.executemany(sql, [values for _, values in group])
+                await self._db.executemany(sql, [values for _, values in group])
+            await self._db.commit()
 
     async def put(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:
         """Write one row now (with anything already queued)."""
@@ -183,14 +186,14 @@ class Store:
             if order.removesuffix(" DESC") not in (*keys, *cols):
                 raise ValueError(f"bad order column for {table}: {order}")
             sql += f" ORDER BY {order}"
-        cursor = self._db.execute(sql, tuple(where.values()))
+        cursor = await self._exec(sql, where.values())
         names = [d[0] for d in cursor.description]
-        found = cursor.fetchall()
+        found = await clock.held(cursor.fetchall())
         return [{n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in found]
 
     async def task_durations(self, workflow: str, backend: str) -> dict[str, float]:
         """Mean wall time of successful attempts per stage, over earlier runs of ``workflow``."""
-        cursor = self._db.execute(
+        cursor = await self._exec(
             "SELECT t.stage, AVG(a.end_t - a.start_t) FROM attempts a "
             "JOIN tasks t ON t.run_id = a.run_id AND t.task_id = a.task_id "
             "JOIN runs r ON r.run_id = a.run_id "
@@ -198,7 +201,7 @@ class Store:
             "GROUP BY t.stage",
             (workflow, backend),
         )
-        return dict(cursor.fetchall())
+        return dict(await clock.held(cursor.fetchall()))
 
     async def load_learner(self, name: str) -> dict[str, Any] | None:
         found = await self.rows("learners", {"name": name})
