@@ -20,7 +20,7 @@ from learners.sizing import make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import clock
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
-from orchestrator.planner import make_planner
+from orchestrator.planner import Planner, make_planner
 from orchestrator.pool import Pool
 from orchestrator.simulate import SimulatedWorkers, task_truths
 from orchestrator.store import Store
@@ -115,6 +115,7 @@ async def execute(
     workers: WorkerSource | None = None,
     observer: Observer | None = None,
     run_id: str | None = None,
+    planner: Planner | None = None,
 ) -> RunSummary:
     """Run ``workflow`` once and return its figures (the store keeps the details)."""
     mock = None
@@ -138,7 +139,7 @@ async def execute(
         return TaskFeatures(task.category, size, declared=task.declared, worker=own[task.stage])
 
     waits = await QueueWaits.load(store, policy=config.policy, seed=config.seed)
-    planner = make_planner(
+    planner = planner or make_planner(
         config.strategy,
         predict=waits.predict,
         true_wait=mock.true_wait if mock is not None else None,
