@@ -6,7 +6,6 @@ import io
 import pytest
 from rich.console import Console
 
-from backends.mock import MockSlurm
 from backends.workload import ClusterSpec
 from orchestrator import clock
 from orchestrator.dashboard import Dashboard, render
