@@ -14,7 +14,7 @@ from rich.table import Table
 
 from backends.base import SubmitError
 from backends.workload import ClusterSpec
-from learners.queue_wait import Geometry
+from learners.queue_wait import GEOMETRY_FIELDS, Geometry
 from learners.resources import Resources
 from learners.sizing import SIZERS
 from orchestrator import clock
@@ -78,7 +78,37 @@ Cluster = Annotated[
 Priority = Annotated[
     str, typer.Option(help="Mock queue order: submit (FIFO, priority/basic) or eligible time.")
 ]
+ALL_FIELDS = ",".join(GEOMETRY_FIELDS)
+LearnBy = Annotated[
+    str,
+    typer.Option(help="Geometry fields that tell queue-wait learner states apart."),
+]
+WaitEstimate = Annotated[
+    str,
+    typer.Option(
+        help="The wait ASA plans with: auto (0.9 quantile with a dependency, median without), "
+        "sample (the learner's draw) or a quantile such as 0.75."
+    ),
+]
 Offset = Annotated[float | None, typer.Option(help="Mock trace offset in seconds from its start.")]
+
+
+def _learn_by(text: str) -> tuple[str, ...]:
+    fields = tuple(_csv(text, "learn-by"))
+    for name in fields:
+        _choice(name, GEOMETRY_FIELDS, "geometry field")
+    return fields
+
+
+def _wait_estimate(text: str) -> str:
+    if text in ("auto", "sample"):
+        return text
+    try:
+        if 0 < float(text) <= 1:
+            return text
+    except ValueError:
+        pass
+    fail(f"--wait-estimate {text}: expected auto, sample or a quantile in (0, 1]")
 
 
 def _mock(
@@ -143,6 +173,8 @@ def run(
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
+    learn_by: LearnBy = ALL_FIELDS,
+    wait_estimate: WaitEstimate = "auto",
     seed: Seed = 0,
     scale: Scale = None,
     db: Db = None,
@@ -160,6 +192,8 @@ def run(
         seed=seed,
         scale=scale,
         policy=policy,
+        learn_by=_learn_by(learn_by),
+        wait_estimate=_wait_estimate(wait_estimate),
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
         **({"sizer": sizer} if sizer else {}),
     )
@@ -253,6 +287,11 @@ def compare(
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
+    learn_by: LearnBy = ALL_FIELDS,
+    wait_estimate: WaitEstimate = "auto",
+    gap: Annotated[
+        float, typer.Option(help="Seconds of trace between the cells of a run's sequence.")
+    ] = 3600.0,
     share: Annotated[
         bool, typer.Option(help="Tasks may use any pilot with room (the unified pool).")
     ] = True,
@@ -278,6 +317,8 @@ def compare(
     config = RunConfig(
         seed=seed,
         policy=policy,
+        learn_by=_learn_by(learn_by),
+        wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         mock=_mock(trace, load_, trace_load, cluster, priority, None, seed),
         **({"sizer": sizer} if sizer else {}),
@@ -294,6 +335,7 @@ def compare(
                 config,
                 store,
                 observer_for=(lambda *_: Dashboard(out)) if live else None,
+                gap_s=gap,
             )
 
     try:
@@ -354,6 +396,7 @@ def learner_show(
         str | None, typer.Option(help="Only this geometry, e.g. cores=28,partition=batch.")
     ] = None,
     top: Annotated[int, typer.Option(min=1, help="Alternatives shown per geometry.")] = 5,
+    learn_by: LearnBy = ALL_FIELDS,
     db: Db = None,
 ) -> None:
     """The learned wait distribution per geometry: top alternatives, observations, hit rate."""
@@ -363,7 +406,7 @@ def learner_show(
         if not path.exists():
             fail(f"no store at {path}")
         async with await Store.open(path) as store:
-            return await QueueWaits.load(store)
+            return await QueueWaits.load(store, key=_learn_by(learn_by))
 
     learner = clock.run(main(), virtual=False).learner
     try:

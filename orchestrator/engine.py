@@ -34,8 +34,10 @@ from workflows.spec import Allocation, Stage, Task, Workflow
 class WaitLearner(Protocol):
     """The queue-wait learner as the engine uses it (see learners.queue_wait)."""
 
-    def observe_wait(self, allocation: Allocation, prediction: Any, wait: float) -> bool | None:
-        """Learn an observed wait; return whether the prediction hit (None without one)."""
+    def observe_wait(
+        self, allocation: Allocation, prediction: Any, wait: float, planned: float | None
+    ) -> bool | None:
+        """Learn an observed wait; return whether the planned wait hit (None without one)."""
         ...
 
     async def save(self, store: Store) -> None: ...
@@ -505,7 +507,9 @@ class Engine:
         wait = info.wait
         if wait is None or self.learner is None:
             return
-        pilot.hit = self.learner.observe_wait(pilot.allocation, pilot.prediction, wait)
+        pilot.hit = self.learner.observe_wait(
+            pilot.allocation, pilot.prediction, wait, pilot.predicted_wait
+        )
         self.store.stage(
             "waits",
             {"run_id": self.run_id, "pilot_id": pilot.pilot_id},

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from rich.table import Table
 
 from orchestrator.compare import Row, normalised
@@ -73,11 +75,17 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
             "-" if r.hit_ratio is None else f"{r.hit_ratio:.0%}",
         )
     norm = normalised(rows)
+    overhead = {
+        (w, s): float(
+            np.mean([r.oh_core_hours for r in rows if (r.workflow, r.strategy) == (w, s)])
+        )
+        for w, s in norm
+    }
     averages = Table(
         title="normalised averages over the scales (relative to the best strategy of each row)",
         title_justify="left",
     )
-    for column in ("workflow", "strategy", "TWT", "makespan", "CH", "PWT", "OH"):
+    for column in ("workflow", "strategy", "TWT", "makespan", "CH", "PWT", "OH CH (mean)"):
         averages.add_column(
             column, justify="left" if column in ("workflow", "strategy") else "right"
         )
@@ -90,6 +98,7 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
         averages.add_row(
             workflow,
             strategy,
-            *(_pct(m[k]) for k in ("twt_s", "makespan_s", "core_hours", "pwt_s", "oh_core_hours")),
+            *(_pct(m[k]) for k in ("twt_s", "makespan_s", "core_hours", "pwt_s")),
+            f"{overhead[workflow, strategy]:,.2f}",
         )
     return [figures, averages]

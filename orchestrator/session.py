@@ -15,6 +15,7 @@ from typing import Any
 from backends.base import BatchBackend
 from backends.mock import MockSlurm
 from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
+from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
 from learners.sizing import make_sizer
 from learners.sizing.base import TaskFeatures
@@ -77,6 +78,11 @@ class RunConfig:
     seed: int = 0
     scale: int | None = None
     policy: str = DEFAULT_POLICY
+    learn_by: tuple[str, ...] = GEOMETRY_FIELDS
+    """The geometry fields that tell queue-wait learner states apart."""
+    wait_estimate: str = "auto"
+    """The wait the planner uses: ``sample`` (the learner's draw), a quantile of its
+    distribution (``0.9``), or ``auto``: 0.9 with a dependency, 0.5 without (asa-naive)."""
     share: bool = True
     """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
     idle_cancel_s: float = 600.0
@@ -84,6 +90,17 @@ class RunConfig:
 
     def options(self) -> EngineOptions:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
+
+    def estimate(self) -> float | None:
+        """The quantile the planner plans with (None: the learner's own draw)."""
+        if self.wait_estimate == "sample":
+            return None
+        if self.wait_estimate == "auto":
+            return 0.5 if self.strategy == "asa-naive" else 0.9
+        q = float(self.wait_estimate)
+        if not 0 < q <= 1:
+            raise ValueError(f"wait estimate {self.wait_estimate}: a quantile is in (0, 1]")
+        return q
 
 
 def stage_worker(allocation: Allocation, node: Resources) -> Resources:
@@ -138,7 +155,13 @@ async def execute(
         size = truth.input_size if truth else None
         return TaskFeatures(task.category, size, declared=task.declared, worker=own[task.stage])
 
-    waits = await QueueWaits.load(store, policy=config.policy, seed=config.seed)
+    waits = await QueueWaits.load(
+        store,
+        policy=config.policy,
+        seed=config.seed,
+        key=config.learn_by,
+        estimate=config.estimate(),
+    )
     planner = planner or make_planner(
         config.strategy,
         predict=waits.predict,

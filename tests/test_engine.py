@@ -106,7 +106,7 @@ def test_the_store_holds_the_run():
             attempts = await store.rows("attempts", {"run_id": summary.run_id})
             tasks = await store.rows("tasks", {"run_id": summary.run_id})
             waits = await store.rows("waits", {"run_id": summary.run_id})
-            learner = await store.load_learner("queue_wait")
+            learner = await store.load_learner("queue_wait/cores+nodes+partition")
             return summary, run_row, pilots, attempts, tasks, waits, learner
 
     summary, run_row, pilots, attempts, tasks, waits, learner = clock.run(main(), virtual=True)
