@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
 from rich.table import Table
 
 from orchestrator.compare import Row, normalised
