@@ -21,7 +21,7 @@ from orchestrator import clock
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
-from orchestrator.report import compare_tables, run_table
+from orchestrator.report import compare_tables, run_table, strategies_table
 from orchestrator.session import DEFAULT_SIZER, TRACES, MockOptions, RunConfig, execute
 from orchestrator.store import Store, default_path
 from orchestrator.waits import DEFAULT_POLICY, POLICIES, QueueWaits
@@ -220,16 +220,24 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
 
 
+DEMO_MOCK = MockOptions(trace="HPC2N", cluster=ClusterSpec.parse("9x28:128G"), offset=68_493_283.0)
+"""A replay of HPC2N's queue at a busy moment (2004-07-01), on nodes of 28 cores."""
+
+
 @app.command()
 def demo(
-    seed: Seed = 0,
     db: Db = None,
 ) -> None:
-    """Run the demo workflow on the simulated cluster and print its figures."""
+    """The demo workflow on a simulated cluster replaying HPC2N's queue: big job, per-stage
+    and ASA side by side."""
     workflow = load_workflow(example("demo"), None)
-    config = RunConfig(strategy="asa", seed=seed, mock=MockOptions(seed=seed))
-    summary = _run(workflow, config, db, dashboard=sys.stdout.isatty())
-    out.print(run_table(summary))
+    summaries = []
+    for strategy in ("bigjob", "per-stage", "asa"):
+        config = RunConfig(strategy=strategy, mock=DEMO_MOCK)
+        show = strategy == "asa" and sys.stdout.isatty()
+        summaries.append(_run(workflow, config, db, dashboard=show))
+    out.print(run_table(summaries[-1]))
+    out.print(strategies_table(summaries))
 
 
 @app.command()

@@ -94,13 +94,14 @@ class Pool:
         slot.running += 1
         return slot.worker
 
-    def could_ever_fit(self, stage: str, allocation: Resources) -> bool:
-        """Whether some worker the stage may use could hold ``allocation`` once empty."""
-        return any(
-            allocation.fits_in(s.worker.capacity)
+    def largest_for(self, stage: str) -> Resources | None:
+        """The capacity of the largest worker the stage may use (by cores, then memory)."""
+        caps = [
+            s.worker.capacity
             for s in self._slots.values()
             if self._eligible(s, stage, until=float("-inf"))
-        )
+        ]
+        return max(caps, key=lambda c: (c.cores, c.memory, c.disk), default=None)
 
     def release(self, worker_id: str, allocation: Resources) -> None:
         """Give back what an attempt held (no-op if the worker already left)."""

@@ -44,6 +44,18 @@ def run_table(summary: RunSummary) -> Table:
     return table
 
 
+def strategies_table(summaries: Sequence[RunSummary]) -> Table:
+    """One workflow run by several strategies on the same cluster."""
+    table = Table(title="the same workflow, the same queue", title_justify="left")
+    for column in ("strategy", "makespan s", "waited s", "core-hours", "pilots"):
+        table.add_column(column, justify="left" if column == "strategy" else "right")
+    for s in summaries:
+        table.add_row(
+            s.strategy, _s(s.makespan_s), _s(s.pwt_s), f"{s.core_hours:,.2f}", str(len(s.pilots))
+        )
+    return table
+
+
 def _pct(ratio: float) -> str:
     extra = ratio - 1.0
     return "best" if abs(extra) < 0.005 else f"+{extra:.0%}"
