@@ -49,6 +49,11 @@ class MemorySeries:
     times: np.ndarray
     mb: np.ndarray
 
+    @property
+    def interval(self) -> float:
+        """The typical time between samples (the monitor's interval)."""
+        return float(np.median(np.diff(self.times))) if len(self.times) > 1 else 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class TraceTask:

@@ -16,14 +16,14 @@ from rich.table import Table
 
 from backends.base import SubmitError
 from backends.workload import ClusterSpec
-from learners.queue_wait import Geometry
+from learners.queue_wait import GEOMETRY_FIELDS, Geometry
 from learners.resources import Resources
 from learners.sizing import SIZERS
 from orchestrator import clock
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
-from orchestrator.report import compare_tables, run_table
+from orchestrator.report import compare_tables, run_table, strategies_table
 from orchestrator.session import (
     DEFAULT_SIZER,
     TRACES,
@@ -89,7 +89,37 @@ Cluster = Annotated[
 Priority = Annotated[
     str, typer.Option(help="Mock queue order: submit (FIFO, priority/basic) or eligible time.")
 ]
+ALL_FIELDS = ",".join(GEOMETRY_FIELDS)
+LearnBy = Annotated[
+    str,
+    typer.Option(help="Geometry fields that tell queue-wait learner states apart."),
+]
+WaitEstimate = Annotated[
+    str,
+    typer.Option(
+        help="The wait ASA plans with: auto (0.9 quantile with a dependency, median without), "
+        "sample (the learner's draw) or a quantile such as 0.75."
+    ),
+]
 Offset = Annotated[float | None, typer.Option(help="Mock trace offset in seconds from its start.")]
+
+
+def _learn_by(text: str) -> tuple[str, ...]:
+    fields = tuple(_csv(text, "learn-by"))
+    for name in fields:
+        _choice(name, GEOMETRY_FIELDS, "geometry field")
+    return fields
+
+
+def _wait_estimate(text: str) -> str:
+    if text in ("auto", "sample"):
+        return text
+    try:
+        if 0 < float(text) <= 1:
+            return text
+    except ValueError:
+        pass
+    fail(f"--wait-estimate {text}: expected auto, sample or a quantile in (0, 1]")
 
 
 def _mock(
@@ -154,6 +184,8 @@ def run(
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
+    learn_by: LearnBy = ALL_FIELDS,
+    wait_estimate: WaitEstimate = "auto",
     workdir: Annotated[
         Path | None,
         typer.Option(help="Local: run files go to WORKDIR/RUN_ID (default: beside the store)."),
@@ -184,6 +216,8 @@ def run(
         seed=seed,
         scale=scale,
         policy=policy,
+        learn_by=_learn_by(learn_by),
+        wait_estimate=_wait_estimate(wait_estimate),
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
         local=LocalOptions(workdir=workdir, bind=bind, oversubscribe=oversubscribe),
         **({"sizer": sizer} if sizer else {}),
@@ -230,16 +264,24 @@ def worker(ctx: typer.Context) -> None:
     raise typer.Exit(worker_main(ctx.args))
 
 
+DEMO_MOCK = MockOptions(trace="HPC2N", cluster=ClusterSpec.parse("9x28:128G"), offset=68_493_283.0)
+"""A replay of HPC2N's queue at a busy moment (2004-07-01), on nodes of 28 cores."""
+
+
 @app.command()
 def demo(
-    seed: Seed = 0,
     db: Db = None,
 ) -> None:
-    """Run the demo workflow on the simulated cluster and print its figures."""
+    """The demo workflow on a simulated cluster replaying HPC2N's queue: big job, per-stage
+    and ASA side by side."""
     workflow = load_workflow(example("demo"), None)
-    config = RunConfig(strategy="asa", seed=seed, mock=MockOptions(seed=seed))
-    summary = _run(workflow, config, db, dashboard=sys.stdout.isatty())
-    out.print(run_table(summary))
+    summaries = []
+    for strategy in ("bigjob", "per-stage", "asa"):
+        config = RunConfig(strategy=strategy, mock=DEMO_MOCK)
+        show = strategy == "asa" and sys.stdout.isatty()
+        summaries.append(_run(workflow, config, db, dashboard=show))
+    out.print(run_table(summaries[-1]))
+    out.print(strategies_table(summaries))
 
 
 @app.command()
@@ -297,6 +339,11 @@ def compare(
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
+    learn_by: LearnBy = ALL_FIELDS,
+    wait_estimate: WaitEstimate = "auto",
+    gap: Annotated[
+        float, typer.Option(help="Seconds of trace between the cells of a run's sequence.")
+    ] = 3600.0,
     share: Annotated[
         bool, typer.Option(help="Tasks may use any pilot with room (the unified pool).")
     ] = True,
@@ -322,6 +369,8 @@ def compare(
     config = RunConfig(
         seed=seed,
         policy=policy,
+        learn_by=_learn_by(learn_by),
+        wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         mock=_mock(trace, load_, trace_load, cluster, priority, None, seed),
         **({"sizer": sizer} if sizer else {}),
@@ -338,6 +387,7 @@ def compare(
                 config,
                 store,
                 observer_for=(lambda *_: Dashboard(out)) if live else None,
+                gap_s=gap,
             )
 
     try:
@@ -398,6 +448,7 @@ def learner_show(
         str | None, typer.Option(help="Only this geometry, e.g. cores=28,partition=batch.")
     ] = None,
     top: Annotated[int, typer.Option(min=1, help="Alternatives shown per geometry.")] = 5,
+    learn_by: LearnBy = ALL_FIELDS,
     db: Db = None,
 ) -> None:
     """The learned wait distribution per geometry: top alternatives, observations, hit rate."""
@@ -407,7 +458,7 @@ def learner_show(
         if not path.exists():
             fail(f"no store at {path}")
         async with await Store.open(path) as store:
-            return await QueueWaits.load(store)
+            return await QueueWaits.load(store, key=_learn_by(learn_by))
 
     learner = clock.run(main(), virtual=False).learner
     try:

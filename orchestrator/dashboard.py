@@ -89,6 +89,8 @@ class Dashboard:
         self._period = 1.0 / max_hz
         self._last = float("-inf")
         self._engine: Engine | None = None
+        self.frames = 0
+        """Redraws so far."""
 
     def __enter__(self) -> Dashboard:
         self._live.__enter__()
@@ -104,4 +106,5 @@ class Dashboard:
         now = clock.monotonic()
         if now - self._last >= self._period:
             self._last = now
+            self.frames += 1
             self._live.update(render(engine), refresh=True)

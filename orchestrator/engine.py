@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest
-from learners.resources import Resources
+from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
@@ -34,8 +34,10 @@ from workflows.spec import Allocation, Stage, Task, Workflow
 class WaitLearner(Protocol):
     """The queue-wait learner as the engine uses it (see learners.queue_wait)."""
 
-    def observe_wait(self, allocation: Allocation, prediction: Any, wait: float) -> bool | None:
-        """Learn an observed wait; return whether the prediction hit (None without one)."""
+    def observe_wait(
+        self, allocation: Allocation, prediction: Any, wait: float, planned: float | None
+    ) -> bool | None:
+        """Learn an observed wait; return whether the planned wait hit (None without one)."""
         ...
 
     async def save(self, store: Store) -> None: ...
@@ -512,7 +514,9 @@ class Engine:
         wait = info.wait
         if wait is None or self.learner is None:
             return
-        pilot.hit = self.learner.observe_wait(pilot.allocation, pilot.prediction, wait)
+        pilot.hit = self.learner.observe_wait(
+            pilot.allocation, pilot.prediction, wait, pilot.predicted_wait
+        )
         self.store.stage(
             "waits",
             {"run_id": self.run_id, "pilot_id": pilot.pilot_id},
@@ -582,12 +586,18 @@ class Engine:
                     expected = stage.durations.mean or 0.0
                 slot = self.pool.place(stage.spec.name, task.allocation, now + expected)
                 if slot is None:
-                    if self._own_workers(stage) and not self.pool.could_ever_fit(
-                        stage.spec.name, task.allocation
-                    ):
+                    largest = self.pool.largest_for(stage.spec.name)
+                    if not self._own_workers(stage) or largest is None:
+                        break
+                    if task.allocation.fits_in(largest):
+                        break
+                    fitted = _fitted(task, largest)
+                    if fitted is None:
                         stage.queue.popleft()
                         self._fail(stage, task, f"{task.allocation} fits none of its workers")
-                    break
+                        break
+                    task.allocation = fitted
+                    continue
                 stage.queue.popleft()
                 starts.append((slot.worker, self._start(stage, task, slot)))
         return starts
@@ -782,6 +792,26 @@ class Engine:
             summary=summary.as_json(),
         )
         await self.store.flush()
+
+
+def _fitted(task: TaskRun, worker: Resources) -> Resources | None:
+    """``task``'s allocation cut to ``worker``, unless that takes away what it is known to need.
+
+    A sizer's "whole worker" is a guess at the workers to come; the workers that
+    came may be smaller (a pilot's cores spread over nodes). Cutting is fine
+    unless the task declared more, or was killed for exceeding the smaller size.
+    """
+    assert task.allocation is not None
+    fitted = task.allocation
+    for r in PACKED:
+        if fitted[r] > worker[r]:
+            needed = (
+                task.exhaustion.measured if task.exhaustion and task.exhaustion.resource == r else 0
+            )
+            if r in task.task.declared or worker[r] <= needed:
+                return None
+            fitted = fitted.with_(r, worker[r])
+    return fitted
 
 
 def expand(stage: Stage) -> tuple[Task, ...]:

@@ -210,28 +210,38 @@ class Asa(_StageAllocations):
             cancelled = {c.pilot_id for c in cancels}
             pilots = [p for p in pilots if p.pilot_id not in cancelled]
         live = {s: p for p in pilots for s in p.stages}
-        for view in _unserved(stages, pilots):
-            end: float | None = None
-            after: tuple[str, ...] | None = ()
-            if view.phase == Phase.WAITING:
-                end, after = self._inputs_end(view, stages), self._after(view, stages, live)
-                if end is None or after is None:
-                    continue
-            wait, prediction = self._prediction(view, now)
-            if end is not None and now < end - wait - DUE:
-                wake.append(end - wait)
-                notes.append(
-                    f"stage {view.name}: predicted wait {wait:,.0f} s, "
-                    f"submitting at t+{end - wait:,.0f} s"
-                )
+        unserved = _unserved(stages, pilots)
+        due: dict[str, float] = {}
+        for view in unserved:
+            if view.phase != Phase.WAITING:
+                due[view.name] = now
+            elif (end := self._inputs_end(view, stages)) is not None:
+                due[view.name] = end - self._prediction(view, now)[0]
+        if self.dependency:
+            due = _pulled_forward(due, stages)
+        for view in unserved:
+            if view.name not in due:
                 continue
+            after = self._after(view, stages, live)
+            if now < due[view.name] - DUE or after is None:
+                wake.append(due[view.name])
+                continue
+            wait, prediction = self._prediction(view, now)
             actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
             notes.append(
                 f"stage {view.name}: predicted wait {wait:,.0f} s, submitting now"
                 + (" after " + ", ".join(after) if after else "")
             )
             self._predictions.pop(view.name, None)
-        return Plan(tuple(actions), min(wake, default=None), tuple(notes))
+        for name, at in due.items():
+            if now < at - DUE:
+                wait = self._prediction(stages[name], now)[0]
+                notes.append(
+                    f"stage {name}: predicted wait {wait:,.0f} s, submitting at t+{at:,.0f} s"
+                )
+        return Plan(
+            tuple(actions), min((w for w in wake if w > now + DUE), default=None), tuple(notes)
+        )
 
     def _prediction(self, view: StageView, now: float) -> tuple[float, Any]:
         if view.name not in self._predictions:
@@ -276,6 +286,25 @@ class Asa(_StageAllocations):
                 for v in views:
                     self._predictions[v.name] = (pilot.wait or 0.0, None)
         return cancels
+
+
+def _pulled_forward(due: Mapping[str, float], stages: Mapping[str, StageView]) -> dict[str, float]:
+    """Each stage due no later than any stage after it: a pilot can only depend on
+    pilots already submitted, so a stage that comes after must not wait for an
+    earlier one whose own wait is predicted short."""
+    successors: dict[str, list[str]] = {name: [] for name in stages}
+    for view in stages.values():
+        for before in view.after:
+            successors[before].append(view.name)
+    memo: dict[str, float] = {}
+
+    def earliest(name: str) -> float:
+        if name not in memo:
+            own = due.get(name, float("inf"))
+            memo[name] = min([own, *(earliest(s) for s in successors[name])])
+        return memo[name]
+
+    return {name: earliest(name) for name in due}
 
 
 TrueWait = Callable[[Allocation], float]

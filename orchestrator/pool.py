@@ -86,11 +86,6 @@ class Pool:
     def busy(self, pilot_id: str) -> bool:
         return any(s.running for s in self._slots.values() if s.pilot_id == pilot_id)
 
-    def largest(self) -> Resources | None:
-        """The capacity of the largest worker in the pool (by cores, then memory)."""
-        caps = [s.worker.capacity for s in self._slots.values()]
-        return max(caps, key=lambda c: (c.cores, c.memory, c.disk), default=None)
-
     def place(self, stage: str, allocation: Resources, until: float) -> Slot | None:
         """Reserve ``allocation`` on the best worker for a task of ``stage`` running ``until``.
 
@@ -111,14 +106,11 @@ class Pool:
         slot.running += 1
         return slot
 
-    def could_ever_fit(self, stage: str, allocation: Resources) -> bool:
-        """Whether some worker the stage may use could hold ``allocation`` once empty
-        (draining or not: a pilot that replaces it brings workers of the same size)."""
-        return any(
-            allocation.fits_in(s.worker.capacity)
-            for s in self._slots.values()
-            if self.share or stage in s.stages
-        )
+    def largest_for(self, stage: str) -> Resources | None:
+        """The capacity of the largest worker the stage may use, draining or not (a pilot that
+        replaces a draining one brings workers of the same size)."""
+        caps = [s.worker.capacity for s in self._slots.values() if self.share or stage in s.stages]
+        return max(caps, key=lambda c: (c.cores, c.memory, c.disk), default=None)
 
     def release(self, worker_id: str, allocation: Resources) -> None:
         """Give back what an attempt held (no-op if the worker already left)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from rich.table import Table
 
 from orchestrator.compare import Row, normalised
@@ -43,6 +44,18 @@ def run_table(summary: RunSummary) -> Table:
     return table
 
 
+def strategies_table(summaries: Sequence[RunSummary]) -> Table:
+    """One workflow run by several strategies on the same cluster."""
+    table = Table(title="the same workflow, the same queue", title_justify="left")
+    for column in ("strategy", "makespan s", "waited s", "core-hours", "pilots"):
+        table.add_column(column, justify="left" if column == "strategy" else "right")
+    for s in summaries:
+        table.add_row(
+            s.strategy, _s(s.makespan_s), _s(s.pwt_s), f"{s.core_hours:,.2f}", str(len(s.pilots))
+        )
+    return table
+
+
 def _pct(ratio: float) -> str:
     extra = ratio - 1.0
     return "best" if abs(extra) < 0.005 else f"+{extra:.0%}"
@@ -73,11 +86,17 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
             "-" if r.hit_ratio is None else f"{r.hit_ratio:.0%}",
         )
     norm = normalised(rows)
+    overhead = {
+        (w, s): float(
+            np.mean([r.oh_core_hours for r in rows if (r.workflow, r.strategy) == (w, s)])
+        )
+        for w, s in norm
+    }
     averages = Table(
         title="normalised averages over the scales (relative to the best strategy of each row)",
         title_justify="left",
     )
-    for column in ("workflow", "strategy", "TWT", "makespan", "CH", "PWT", "OH"):
+    for column in ("workflow", "strategy", "TWT", "makespan", "CH", "PWT", "OH CH (mean)"):
         averages.add_column(
             column, justify="left" if column in ("workflow", "strategy") else "right"
         )
@@ -90,6 +109,7 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
         averages.add_row(
             workflow,
             strategy,
-            *(_pct(m[k]) for k in ("twt_s", "makespan_s", "core_hours", "pwt_s", "oh_core_hours")),
+            *(_pct(m[k]) for k in ("twt_s", "makespan_s", "core_hours", "pwt_s")),
+            f"{overhead[workflow, strategy]:,.2f}",
         )
     return [figures, averages]

@@ -19,13 +19,14 @@ from backends.base import BatchBackend
 from backends.local import LocalBackend
 from backends.mock import MockSlurm
 from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
+from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
 from learners.sizing import make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import clock, protocol
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
 from orchestrator.manager import Manager
-from orchestrator.planner import make_planner
+from orchestrator.planner import Planner, make_planner
 from orchestrator.pool import Pool
 from orchestrator.remote import RemoteWorkers
 from orchestrator.simulate import SimulatedWorkers, task_truths
@@ -97,7 +98,7 @@ class LocalOptions:
     heartbeat_s: float = 5.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
     backend: str = "mock"
     """mock (the simulated cluster, virtual time) or local (real processes, real time)."""
@@ -106,6 +107,11 @@ class RunConfig:
     seed: int = 0
     scale: int | None = None
     policy: str = DEFAULT_POLICY
+    learn_by: tuple[str, ...] = GEOMETRY_FIELDS
+    """The geometry fields that tell queue-wait learner states apart."""
+    wait_estimate: str = "auto"
+    """The wait the planner uses: ``sample`` (the learner's draw), a quantile of its
+    distribution (``0.9``), or ``auto``: 0.9 with a dependency, 0.5 without (asa-naive)."""
     share: bool = True
     """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
     idle_cancel_s: float = 600.0
@@ -114,6 +120,17 @@ class RunConfig:
 
     def options(self) -> EngineOptions:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
+
+    def estimate(self) -> float | None:
+        """The quantile the planner plans with (None: the learner's own draw)."""
+        if self.wait_estimate == "sample":
+            return None
+        if self.wait_estimate == "auto":
+            return 0.5 if self.strategy == "asa-naive" else 0.9
+        q = float(self.wait_estimate)
+        if not 0 < q <= 1:
+            raise ValueError(f"wait estimate {self.wait_estimate}: a quantile is in (0, 1]")
+        return q
 
 
 def stage_worker(allocation: Allocation, node: Resources) -> Resources:
@@ -145,6 +162,7 @@ async def execute(
     workers: WorkerSource | None = None,
     observer: Observer | None = None,
     run_id: str | None = None,
+    planner: Planner | None = None,
 ) -> RunSummary:
     """Run ``workflow`` once and return its figures (the store keeps the details).
 
@@ -161,7 +179,7 @@ async def execute(
         elif backend is None:
             raise ValueError(f"runs on the {config.backend} backend are not available yet")
         stack.push_async_callback(backend.close)
-        return await _execute(workflow, config, store, backend, workers, observer, run_id)
+        return await _execute(workflow, config, store, backend, workers, observer, run_id, planner)
 
 
 async def _execute(
@@ -172,6 +190,7 @@ async def _execute(
     workers: WorkerSource | None,
     observer: Observer | None,
     run_id: str,
+    planner: Planner | None,
 ) -> RunSummary:
     mock = backend if isinstance(backend, MockSlurm) else None
     if mock is not None:
@@ -194,8 +213,14 @@ async def _execute(
         size = truth.input_size if truth else None
         return TaskFeatures(task.category, size, declared=task.declared, worker=own[task.stage])
 
-    waits = await QueueWaits.load(store, policy=config.policy, seed=config.seed)
-    planner = make_planner(
+    waits = await QueueWaits.load(
+        store,
+        policy=config.policy,
+        seed=config.seed,
+        key=config.learn_by,
+        estimate=config.estimate(),
+    )
+    planner = planner or make_planner(
         config.strategy,
         predict=waits.predict,
         true_wait=mock.true_wait if mock is not None else None,

@@ -2,7 +2,9 @@
 
 Each task's truth (duration and peaks) is drawn once from its stage's
 ``[simulate]`` distributions with a generator seeded by (seed, stage, task),
-so every strategy of a comparison meets exactly the same tasks.
+so every strategy of a comparison meets exactly the same tasks; or it is the
+record of a real task trace (``trace = PATH``), task *i* taking record *i*
+(cycling), memory time series included where the trace has them.
 
 A simulated worker enforces allocations as the real monitor does: memory,
 disk and wall time are limits (exceeding one kills the attempt: at the end
@@ -19,12 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from learners.replay import MemorySeries, TraceTask
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from workflows.spec import Simulation, Task, Workflow
 from workflows.synthetic import Distribution
+from workflows.traces import load_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +37,7 @@ class TaskTruth:
 
     peak: Resources
     input_size: float | None = None
-    memory_series: tuple[float, ...] | None = None
-    sample_interval_s: float = 1.0
+    memory_series: MemorySeries | None = None
 
 
 DEFAULT_TRUTH = Resources(cores=1.0, memory=100.0, disk=10.0, wall=60.0)
@@ -46,9 +49,22 @@ def task_truths(workflow: Workflow, seed: int) -> dict[str, TaskTruth]:
     truths = {}
     for stage in workflow.stages:
         tasks = stage.expand()
+        sim = stage.simulate
+        if sim is not None and sim.trace is not None:
+            records = load_trace(sim.trace).tasks
+            for task in tasks:
+                truths[task.id] = _recorded(records[task.index % len(records)])
+            continue
         for task in tasks:
-            truths[task.id] = _truth(stage.simulate, task, task.index / len(tasks), seed)
+            truths[task.id] = _truth(sim, task, task.index / len(tasks), seed)
     return truths
+
+
+def _recorded(record: TraceTask) -> TaskTruth:
+    """A trace's task as a truth; what the trace did not measure takes the defaults."""
+    measured = {r: v for r, v in record.peak.as_dict().items() if v > 0}
+    peak = Resources(**{**DEFAULT_TRUTH.as_dict(), **measured})
+    return TaskTruth(peak, record.input_size, record.series)
 
 
 def _truth(sim: Simulation | None, task: Task, position: float, seed: int) -> TaskTruth:
@@ -104,9 +120,11 @@ def simulate_attempt(truth: TaskTruth, allocation: Resources) -> SimulatedEnd:
 
 
 def _crossing(truth: TaskTruth, limit: float) -> float:
-    series = np.asarray(truth.memory_series)
-    above = np.flatnonzero(series > limit)
-    return float(above[0]) * truth.sample_interval_s if above.size else truth.peak.wall
+    """When the task's memory first goes above ``limit``: the monitor kills it there."""
+    series = truth.memory_series
+    assert series is not None
+    above = np.flatnonzero(series.mb > limit)
+    return float(series.times[above[0]]) if above.size else truth.peak.wall
 
 
 @dataclass(slots=True)
@@ -138,7 +156,9 @@ class SimWorker:
         self._running: dict[tuple[str, int], _Running] = {}
 
     async def run(self, spec: AttemptSpec) -> AttemptResult:
-        end = simulate_attempt(self._truths[spec.task_id], spec.allocation)
+        truth = self._truths[spec.task_id]
+        end = simulate_attempt(truth, spec.allocation)
+        series = truth.memory_series if end.outcome == Outcome.SUCCESS else None
         result = AttemptResult(
             spec.task_id,
             spec.attempt,
@@ -146,6 +166,8 @@ class SimWorker:
             end.used,
             exit_code=0 if end.outcome == Outcome.SUCCESS else None,
             exhaustion=end.exhaustion,
+            memory_series=None if series is None else tuple(series.mb.tolist()),
+            sample_interval_s=None if series is None else series.interval,
         )
         loop = asyncio.get_running_loop()
         key = (spec.task_id, spec.attempt)

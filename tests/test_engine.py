@@ -1,6 +1,7 @@
 """The engine on the simulated cluster, on virtual time."""
 
 import asyncio
+import gzip
 import time
 
 import pytest
@@ -105,7 +106,7 @@ def test_the_store_holds_the_run():
             attempts = await store.rows("attempts", {"run_id": summary.run_id})
             tasks = await store.rows("tasks", {"run_id": summary.run_id})
             waits = await store.rows("waits", {"run_id": summary.run_id})
-            learner = await store.load_learner("queue_wait")
+            learner = await store.load_learner("queue_wait/cores+nodes+partition")
             return summary, run_row, pilots, attempts, tasks, waits, learner
 
     summary, run_row, pilots, attempts, tasks, waits, learner = clock.run(main(), virtual=True)
@@ -207,3 +208,57 @@ def test_stage_phases_follow_the_dag():
     assert by["b"].start_t == by["c"].start_t == pytest.approx(by["a"].end_t)
     assert by["d"].ready_t == pytest.approx(max(by["b"].end_t, by["c"].end_t))
     assert Phase.DONE == "done"
+
+
+def write_ksegments_trace(directory, peaks, samples=100, interval=2.0):
+    """A trace in k-Segments' format: memory rising linearly to each task's peak."""
+    columns = (
+        "task_idx,workflow,process,task_name,pid,tid,first_sample_utc,first_sample_epoch_s,"
+        "n_mem_samples,peak_mem_mb,n_cpu_samples,peak_cpu_pct,files_input_num,"
+        "files_input_total_size,files_output_num,files_output_total_size,max_cpus,max_mem,"
+        "mem_file_missing"
+    )
+    rows = [columns]
+    series = ["task_idx,t_s,mem_mb"]
+    for i, peak in enumerate(peaks):
+        rows.append(
+            f"{i},w,proc,proc ({i}),{i},{i},-,0,{samples},{peak},{samples},100,1,"
+            f"{1000 * (i + 1)},1,1,1,{16 << 30},0"
+        )
+        series += [f"{i},{j * interval},{peak * (j + 1) / samples}" for j in range(samples)]
+    (directory / "w_tasks.csv").write_text("\n".join(rows) + "\n")
+    with gzip.open(directory / "w_memory_series.csv.gz", "wt") as f:
+        f.write("\n".join(series) + "\n")
+    return directory / "w_tasks.csv"
+
+
+def test_a_trace_driven_stage_is_killed_where_its_memory_series_crosses_the_limit(tmp_path):
+    """Tasks replay a trace's records; an attempt over its memory dies where its series
+    crosses the limit (a third of the way for a 3000 MB task under 1000 MB), not at the end."""
+    trace = write_ksegments_trace(tmp_path, [500, 3000] * 6)
+    workflow = loads(
+        f"""
+        name = "replayed"
+        [[stage]]
+        name = "replayed"
+        allocation = {{ cores = 16, memory = "64G", time = "24h" }}
+        tasks = {{ command = "true", count = 12 }}
+        simulate = {{ trace = "{trace}" }}
+        """
+    )
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            config = RunConfig(strategy="per-stage", sizer="greedy", mock=IDLE)
+            summary = await execute(workflow, config, store)
+            return summary, await store.rows("attempts", {"run_id": summary.run_id})
+
+    summary, attempts = clock.run(main(), virtual=True)
+    assert summary.status == "done"
+    killed = [a for a in attempts if a["outcome"] == "exhausted"]
+    assert {a["task_id"] for a in killed} == {f"replayed.{i}" for i in range(1, 12, 2)}
+    assert {a["exhausted"] for a in killed} == {"memory"}
+    # A rise to 3000 MB over 200 s crosses 1000 MB at sample 33 (66 s), 2000 MB at 66 (132 s).
+    crossed = {1: 66.0, 2: 132.0}
+    for a in killed:
+        assert a["end_t"] - a["start_t"] == pytest.approx(crossed[a["attempt"]])

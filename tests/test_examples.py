@@ -89,9 +89,9 @@ def test_montage_does_not_scale_and_blast_does():
 
 def test_demo_is_small():
     w = load(example("demo"))
-    assert w.scale == 4
+    assert w.scale == 28
     assert 3 <= len(w.stages) <= 4
-    assert sum(len(s.expand()) for s in w.stages) <= 30
+    assert sum(len(s.expand()) for s in w.stages) <= 4 * 28 + 6
 
 
 def test_examples_are_package_data():

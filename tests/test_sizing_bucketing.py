@@ -19,6 +19,7 @@ from learners.sizing.bucketing import (
     Bucketing,
     Candidates,
     Points,
+    candidate_tops,
     doubling,
     exhaustive_buckets,
     exhaustive_costs,
@@ -357,3 +358,12 @@ def test_points_keep_sorted_prefix_sums(values):
     pts = _sorted_points(values)
     assert p.values.tolist() == [v for v, _ in pts]
     assert p.csig.tolist() == np.concatenate(([0], np.cumsum([s for _, s in pts]))).tolist()
+
+
+def test_candidate_tops_of_values_below_one_have_no_powers_of_two():
+    # A peak of 5e-324 (hypothesis found it) once divided to 0 and hit log(0).
+    for vmax in (5e-324, 0.5, 0.0):
+        tops = candidate_tops(vmax)
+        assert tops.shape == (10, 10)  # column n holds vmax * i / n, i = 1..n, and nothing more
+        assert tops[-1].tolist() == [vmax] * 10
+        assert (tops[np.isfinite(tops)] <= vmax).all()

@@ -70,20 +70,32 @@ class Jobs:
                 self._changed.notify_all()
 
     async def until(
-        self, job_id: str, done: Callable[[JobInfo], bool], timeout: float = 30
+        self, job_id: str, done: Callable[[JobInfo], bool], timeout: float = 60
     ) -> JobInfo:
         """The first update of ``job_id`` for which ``done`` holds."""
 
         def found() -> JobInfo | None:
             return next((i for i in self.seen.get(job_id, ()) if done(i)), None)
 
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(found), timeout)
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(found), timeout)
+        except TimeoutError:
+            story = self.story(job_id)
+            raise AssertionError(f"job {job_id} after {timeout:g} s: {story}") from None
         info = found()
         assert info is not None
         return info
 
-    async def state(self, job_id: str, state: JobState, timeout: float = 30) -> JobInfo:
+    def story(self, job_id: str) -> str:
+        """What the backend reported of ``job_id`` and what slurmctld says of it now."""
+        seen = "; ".join(f"{i.state.name} ({i.reason})" for i in self.seen.get(job_id, ()))
+        now = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=60
+        )
+        return f"updates: {seen or 'none'}\nscontrol show job:\n{now.stdout}{now.stderr}"
+
+    async def state(self, job_id: str, state: JobState, timeout: float = 60) -> JobInfo:
         return await self.until(job_id, lambda i: i.state is state, timeout)
 
     def queued(self) -> list[str]:
@@ -166,7 +178,7 @@ async def test_dependent_pilot_waits_for_release_then_starts(jobs):
     ended = await jobs.state(first, JobState.COMPLETED)
     started = await jobs.state(second, JobState.RUNNING)
     assert started.eligible_time >= ended.end_time - 1  # Slurm's times are whole seconds
-    assert 0 <= started.wait < 10
+    assert 0 <= started.wait < 30, jobs.story(second)
     assert started.nodes[0].cores == 2
     await jobs.backend.release(second)
     await jobs.state(second, JobState.COMPLETED)
@@ -180,7 +192,7 @@ async def test_pilot_waits_behind_background_jobs(jobs):
     pending = await jobs.until(pilot, lambda i: i.reason in ("Resources", "Priority"))
     assert pending.state is JobState.PENDING and pending.eligible_time is not None
     running = await jobs.state(pilot, JobState.RUNNING)
-    assert 3 <= running.wait <= 10
+    assert 3 <= running.wait <= 30, jobs.story(pilot)
     await jobs.backend.release(pilot)
     await jobs.state(pilot, JobState.COMPLETED)
 

@@ -110,7 +110,7 @@ async def test_templated_parameters_reach_the_task_verbatim(runner, tmp_path):
     template = "printf '%s\\0' " + " ".join(f"{{p{i}}}" for i in range(len(hostile)))
     task = spec("quote", expand_command(template, values) + f" > {tmp_path}/out")
     result = await runner.run(task)
-    assert result.outcome is Outcome.SUCCESS
+    assert result.outcome is Outcome.SUCCESS, result
     assert (tmp_path / "out").read_bytes().split(b"\0")[:-1] == [v.encode() for v in hostile]
     assert not list(tmp_path.rglob("pwned"))
 

@@ -213,7 +213,8 @@ def candidate_tops(vmax: float, max_buckets: int = 10) -> np.ndarray:
     """
     columns = []
     for n in range(1, max_buckets + 1):
-        steps = 0 if vmax == 0 else max(0, math.floor(math.log(vmax / n) / math.log(2)))
+        ratio = vmax / n  # below 1 (or a denormal vmax that divides to 0): no powers of two
+        steps = math.floor(math.log(ratio) / math.log(2)) if ratio > 1 else 0
         powers = [2.0**i for i in range(steps)]
         columns.append(powers + [vmax * i / n for i in range(1, n)] + [vmax])
     out = np.full((max(len(c) for c in columns), max_buckets), -np.inf)
