@@ -244,7 +244,8 @@ class Engine:
         self._wake = None if plan.wake_at is None else plan.wake_at + self._t0
         for note in plan.notes:
             self._note(note)
-        await self.store.flush()
+        if plan.actions:  # written before submitting; anything else goes with the placements
+            await self.store.flush()
         if self.learner is not None:
             await self.learner.save(self.store)
         for action in plan.actions:
