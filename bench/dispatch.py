@@ -1,0 +1,232 @@
+"""Dispatch throughput: N no-op commands (``true``) on 2 local workers, leadtime against peers.
+
+python bench/dispatch.py [--tasks N] [--json] [--only leadtime|parsl|dask]
+
+leadtime runs a workflow of N ``true`` tasks through the real engine on the local backend
+(one pilot of two workers of one core, each task declaring one core); Parsl runs N bash
+apps on a HighThroughputExecutor with a LocalProvider and two workers; Dask distributed
+runs N functions that run ``true`` with subprocess on a LocalCluster of two one-thread
+worker processes. Every system runs two tasks at a time, each ``true`` through
+``/bin/sh -c``, and each runs in a fresh interpreter of its own.
+
+Throughput is tasks over the time from the first task's start (leadtime: the first
+attempt's start; peers: submitting all tasks to workers already up) to the last result
+in hand; ``startup_s`` is the time before that (starting workers, and for leadtime also
+submitting its pilot). ``manager_cpu_ms_per_task`` is the CPU time (user + system, all
+threads) of leadtime's manager process over the whole run, divided by N; the workers'
+CPU is not in it. Parsl and Dask need ``pip install 'leadtime[bench]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from orchestrator import clock
+
+SYSTEMS = ("leadtime", "parsl", "dask")
+COMMAND = "true"
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_leadtime(tasks: int) -> dict[str, object]:
+    from orchestrator.session import LocalOptions, RunConfig, execute
+    from orchestrator.store import Store
+    from workflows.spec import loads
+
+    workflow = loads(
+        textwrap.dedent(
+            f"""
+            name = "dispatch"
+            [[stage]]
+            name = "noop"
+            allocation = {{ cores = 2, nodes = 2, time = "1h" }}
+            [stage.tasks]
+            command = "{COMMAND}"
+            count = {tasks}
+            cores = 1
+            memory = "20M"
+            disk = "1M"
+            """
+        )
+    )
+    with tempfile.TemporaryDirectory(prefix="leadtime-dispatch-") as tmp:
+        config = RunConfig(
+            backend="local", strategy="per-stage", local=LocalOptions(workdir=Path(tmp))
+        )
+
+        async def main():
+            async with await Store.open(Path(tmp) / "store.db") as store:
+                cpu, start = cpu_seconds(), clock.now()
+                summary = await execute(workflow, config, store)
+                cpu, wall = cpu_seconds() - cpu, clock.now() - start
+                attempts = await store.rows("attempts", {"run_id": summary.run_id})
+            return summary, attempts, cpu, wall
+
+        summary, attempts, cpu, wall = clock.run(main(), virtual=False)
+    if summary.status != "done":
+        raise RuntimeError(f"leadtime's run {summary.status}: {summary.error}")
+    first = min(a["start_t"] for a in attempts)
+    span = max(a["end_t"] for a in attempts) - first
+    return {
+        "system": "leadtime",
+        "tasks": tasks,
+        "tasks_per_s": tasks / span,
+        "startup_s": first,
+        "wall_s": wall,
+        "attempts": len(attempts),
+        "manager_cpu_ms_per_task": 1000 * cpu / tasks,
+    }
+
+
+def measure_parsl(tasks: int) -> dict[str, object]:
+    import parsl
+    from parsl.app.app import bash_app
+    from parsl.config import Config
+    from parsl.executors import HighThroughputExecutor
+    from parsl.providers import LocalProvider
+
+    @bash_app
+    def noop(command: str = COMMAND) -> str:
+        return command
+
+    # HTEX starts its interchange and workers as commands of Parsl's installation.
+    scripts = str(Path(sys.executable).parent)
+    os.environ["PATH"] = f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"
+    with tempfile.TemporaryDirectory(prefix="parsl-dispatch-") as tmp:
+        executor = HighThroughputExecutor(
+            label="htex",
+            max_workers_per_node=2,
+            cores_per_worker=1,
+            provider=LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1),
+        )
+        start = clock.monotonic()
+        parsl.load(Config(executors=[executor], run_dir=tmp, strategy="none"))
+        try:
+            noop().result()  # the workers are up
+            t0 = clock.monotonic()
+            futures = [noop() for _ in range(tasks)]
+            failed = sum(f.exception() is not None for f in futures)
+            span = clock.monotonic() - t0
+        finally:
+            parsl.dfk().cleanup()
+    if failed:
+        raise RuntimeError(f"{failed} Parsl tasks failed")
+    return {
+        "system": "parsl",
+        "tasks": tasks,
+        "tasks_per_s": tasks / span,
+        "startup_s": t0 - start,
+    }
+
+
+def _run_true(_: object = None) -> int:
+    return subprocess.run(COMMAND, shell=True, check=True).returncode
+
+
+def measure_dask(tasks: int) -> dict[str, object]:
+    from dask.distributed import Client, LocalCluster
+
+    start = clock.monotonic()
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(2)
+        client.submit(_run_true, pure=False).result()  # the workers are up
+        t0 = clock.monotonic()
+        codes = client.gather(client.map(_run_true, range(tasks), pure=False))
+        span = clock.monotonic() - t0
+    if any(codes):
+        raise RuntimeError("some Dask tasks failed")
+    return {
+        "system": "dask",
+        "tasks": tasks,
+        "tasks_per_s": tasks / span,
+        "startup_s": t0 - start,
+    }
+
+
+MEASURES = {"leadtime": measure_leadtime, "parsl": measure_parsl, "dask": measure_dask}
+MISSING = "not installed: pip install 'leadtime[bench]'"
+
+
+def run_isolated(system: str, tasks: int) -> dict[str, object]:
+    """One system's row, measured in a fresh interpreter (its CPU time its own)."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--only", system, "--tasks", str(tasks), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        return {"system": system, "tasks": tasks, "error": tail[0]}
+    return json.loads(done.stdout)[0]
+
+
+def measure_here(system: str, tasks: int) -> dict[str, object]:
+    try:
+        return MEASURES[system](tasks)
+    except ImportError as e:
+        return {"system": system, "tasks": tasks, "error": f"{MISSING} ({e.name})"}
+
+
+def with_ratio(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    peers = [r["tasks_per_s"] for r in rows if r["system"] != "leadtime" and "tasks_per_s" in r]
+    for row in rows:
+        if row["system"] == "leadtime" and peers and "tasks_per_s" in row:
+            row["ratio_to_best_peer"] = row["tasks_per_s"] / max(peers)
+    return rows
+
+
+def show(rows: list[dict[str, object]]) -> None:
+    for row in rows:
+        if "error" in row:
+            print(f"{row['system']:<9} {row['error']}")
+            continue
+        line = (
+            f"{row['system']:<9} {row['tasks_per_s']:8.0f} tasks/s"
+            f"   startup {row['startup_s']:5.2f} s"
+        )
+        if "manager_cpu_ms_per_task" in row:
+            line += f"   manager CPU {row['manager_cpu_ms_per_task']:.3f} ms/task"
+        if "ratio_to_best_peer" in row:
+            line += f"   {row['ratio_to_best_peer']:.2f}x the faster peer"
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--only", choices=SYSTEMS, help="measure one system, in this process")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.tasks < 1:
+        parser.error("--tasks must be at least 1")
+    if args.only:
+        rows = [measure_here(args.only, args.tasks)]
+    else:
+        rows = with_ratio([run_isolated(system, args.tasks) for system in SYSTEMS])
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{args.tasks} tasks of `{COMMAND}` on 2 local workers")
+        show(rows)
+
+
+if __name__ == "__main__":
+    main()
