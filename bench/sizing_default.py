@@ -1,14 +1,19 @@
 """Choose the default sizer by measurement on every trace of ``../shared/data``.
 
-Every sizer replays every task trace (the ipdps2024 ground truths, bioblast,
+Every candidate replays every task trace (the ipdps2024 ground truths, bioblast,
 lobster, coffea, k-Segments' eager and sarek with their memory series, five
 nf-core workflows) on 20 workers of 16 cores / 64,000 MB / 64,000 MB, doubled
 per resource where a trace's largest task needs it, under slow peaks (the
 worst case), with limits fixed for an attempt's life as on the engine's
-backends (so k-Segments runs as the peak sizer the engine would run). A trace
-scores a sizer by its mean AWE over the resources it measured; the default is
-the best mean score over traces among the sizers whose retries average at most
-10% of tasks (and that leave no task unfit).
+backends (so k-Segments runs as the peak sizer the engine would run). The
+candidates are the sizers of every resource and each memory-only sizer with
+each of them as its companion for cores and disk (``ksegments+greedy``).
+
+A trace scores a sizer by its mean AWE over the resources it measured; the
+default is the best mean score over traces among the sizers whose retries
+average at most 10% of tasks (and that leave no task unfit). Throughput
+(completed tasks per worker-hour) is reported beside it, as a share of the
+best candidate's on each trace, so that a choice that serialises tasks shows.
 
     python bench/sizing_default.py [--json] [--sizer a,b] [--workers 20]
     python bench/sizing_default.py --rows rows.json   # the report from saved --json rows
@@ -18,17 +23,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
 
-from learners.sizing import SIZERS
+from learners.sizing import COMPANIONS, MEMORY_ONLY
 from orchestrator import clock
 from workflows.sizing_bench import PAPER_WORKER, bench_sizing, widened
 from workflows.traces import all_traces, load_trace
 
 RETRY_LIMIT = 10.0
 """Retries, in % of tasks, a default may cost on average."""
+
+CANDIDATES = (*COMPANIONS, *(f"{m}+{c}" for m in MEMORY_ONLY for c in COMPANIONS))
+"""Every sizer of every resource, and every memory-only sizer with each as its companion."""
 
 FAMILIES = {
     "ipdps2024": "synthetic_",
@@ -48,7 +57,7 @@ def family(trace: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizer", default=",".join(SIZERS), help="names, comma separated")
+    parser.add_argument("--sizer", default=",".join(CANDIDATES), help="names, comma separated")
     parser.add_argument("--workers", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="per trace and sizer rows")
     parser.add_argument("--rows", help="report on rows saved by --json instead of replaying")
@@ -77,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
                     **{f"awe_{r}": u.awe for r, u in result.usage.items()},
                     "retries_pct": result.retries_pct,
                     "unfit": result.unfit,
+                    "tasks_per_worker_hour": result.tasks_per_worker_hour,
                 }
             )
             took = clock.monotonic() - start
-            print(f"{trace.name:<30} {name:<20} {took:6.1f} s", file=sys.stderr)
+            print(f"{trace.name:<30} {name:<28} {took:6.1f} s", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -88,9 +98,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def relative_throughput(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """Each (sizer, trace)'s tasks per worker-hour as a share of the best sizer's on the trace."""
+    best: dict[str, float] = defaultdict(float)
+    for r in rows:
+        best[r["trace"]] = max(best[r["trace"]], r["tasks_per_worker_hour"])
+    return {(r["sizer"], r["trace"]): r["tasks_per_worker_hour"] / best[r["trace"]] for r in rows}
+
+
 def report(rows: list[dict], sizers: list[str]) -> list[str]:
-    """Mean AWE per trace family and overall, retries, and the choice."""
+    """Mean AWE per trace family, per resource and overall, retries, throughput, the choice."""
     families = list(dict.fromkeys(r["family"] for r in rows))
+    resources = [r for r in ("cores", "memory", "disk") if any(f"awe_{r}" in row for row in rows)]
+    throughput = relative_throughput(rows)
     by = defaultdict(list)
     for r in rows:
         by[r["sizer"], r["family"]].append(r)
@@ -102,27 +122,50 @@ def report(rows: list[dict], sizers: list[str]) -> list[str]:
         retries = statistics.fmean(r["retries_pct"] for r in everything)
         worst = max(everything, key=lambda r: r["retries_pct"])
         per_family = [statistics.fmean(r["awe"] for r in by[s, f]) for f in families]
+        per_resource = [
+            statistics.fmean(r[f"awe_{res}"] for r in everything if f"awe_{res}" in r)
+            for res in resources
+        ]
+        rates = {r["trace"]: throughput[s, r["trace"]] for r in everything}
+        slowest = min(rates, key=rates.__getitem__)
+        rate = (statistics.fmean(rates.values()), rates[slowest], slowest)
         unfit = sum(r["unfit"] for r in everything)
-        scores.append((s, awe, retries, worst, per_family, unfit))
+        scores.append((s, awe, retries, worst, per_family, per_resource, rate, unfit))
     scores.sort(key=lambda x: -x[1])
-    head = f"| sizer | {' | '.join(families)} | mean AWE | retries % (mean / worst trace) | ok |"
-    lines = [head, "|" + "---|" * (len(families) + 4)]
-    for s, awe, retries, worst, per_family, unfit in scores:
+    head = (
+        f"| sizer | {' | '.join(families)} | {' | '.join(resources)} | mean AWE "
+        "| retries % (mean / worst trace) | throughput (mean / worst trace) | ok |"
+    )
+    lines = [head, "|" + "---|" * (len(families) + len(resources) + 5)]
+    for s, awe, retries, worst, per_family, per_resource, rate, unfit in scores:
         ok = "yes" if retries <= RETRY_LIMIT and not unfit else "no"
-        cells = " | ".join(f"{v:.3f}" for v in per_family)
+        cells = " | ".join(_number(v) for v in (*per_family, *per_resource))
         worst_text = f"{worst['retries_pct']:.1f} ({worst['trace']})"
-        lines.append(f"| {s} | {cells} | {awe:.3f} | {retries:.1f} / {worst_text} | {ok} |")
-    eligible = [x for x in scores if x[2] <= RETRY_LIMIT and not x[5]]
+        rate_text = f"{rate[0]:.2f} / {rate[1]:.2f} ({rate[2]})"
+        lines.append(
+            f"| {s} | {cells} | {awe:.3f} | {retries:.1f} / {worst_text} | {rate_text} | {ok} |"
+        )
+    lines.append("")
+    lines.append(
+        "(AWE per trace family and per resource: means over traces, each weighing the same; "
+        "throughput: tasks per worker-hour as a share of the best candidate's on each trace.)"
+    )
+    eligible = [x for x in scores if x[2] <= RETRY_LIMIT and not x[7]]
     if eligible:
         best = eligible[0]
         lines.append("")
         lines.append(
             f"default: {best[0]} (mean AWE {best[1]:.3f} over {len(by[best[0], 'all'])} traces, "
-            f"retries {best[2]:.1f}% of tasks on average)"
+            f"retries {best[2]:.1f}% of tasks on average, throughput {best[6][0]:.2f} of the "
+            "best on average)"
         )
     else:
         lines.append(f"\nno sizer keeps retries within {RETRY_LIMIT:g}% of tasks")
     return lines
+
+
+def _number(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 if __name__ == "__main__":

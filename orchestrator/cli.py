@@ -18,14 +18,13 @@ from backends.base import SubmitError
 from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry
 from learners.resources import Resources
-from learners.sizing import SIZERS
+from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
 from orchestrator import clock
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import compare_tables, run_table, strategies_table
 from orchestrator.session import (
-    DEFAULT_SIZER,
     TRACES,
     LocalOptions,
     MockOptions,
@@ -109,6 +108,17 @@ def _learn_by(text: str) -> tuple[str, ...]:
     for name in fields:
         _choice(name, GEOMETRY_FIELDS, "geometry field")
     return fields
+
+
+def _sizer(name: str | None) -> dict[str, str]:
+    """``--sizer``, checked before anything runs (RunConfig's keyword, or none for the default)."""
+    if name is None:
+        return {}
+    try:
+        split_sizer(name)
+    except ValueError as e:
+        fail(f"--sizer: {e}")
+    return {"sizer": name}
 
 
 def _wait_estimate(text: str) -> str:
@@ -220,7 +230,7 @@ def run(
         wait_estimate=_wait_estimate(wait_estimate),
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
         local=LocalOptions(workdir=workdir, bind=bind, oversubscribe=oversubscribe),
-        **({"sizer": sizer} if sizer else {}),
+        **_sizer(sizer),
     )
     summary = _run(workflow, config, db, dashboard=not (quiet or json_))
     if json_:
@@ -373,7 +383,7 @@ def compare(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         mock=_mock(trace, load_, trace_load, cluster, priority, None, seed),
-        **({"sizer": sizer} if sizer else {}),
+        **_sizer(sizer),
     )
     live = not (quiet or json_)
 
@@ -433,9 +443,17 @@ def bench_sizing_command(
 @app.command()
 def sizers() -> None:
     """The task sizers, and which one is the default."""
+    default, companion = split_sizer(DEFAULT_SIZER)
     for name, what in SIZERS.items():
-        mark = " (default)" if name == DEFAULT_SIZER else ""
+        mark = ""
+        if name == default:
+            mark = " (default" + (f", with {companion} for cores and disk)" if companion else ")")
         out.print(f"[bold]{name}[/]{mark}: {what}", highlight=False)
+    out.print(
+        f"A memory-only sizer ({', '.join(MEMORY_ONLY)}) sizes cores and disk with "
+        f"{COMPANION}, or with the sizer named after a '+': e.g. ksegments+greedy.",
+        highlight=False,
+    )
 
 
 learner_app = typer.Typer(no_args_is_help=True, help="The queue-wait learner in the store.")

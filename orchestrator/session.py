@@ -21,7 +21,7 @@ from backends.mock import MockSlurm
 from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
 from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
-from learners.sizing import make_sizer
+from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import clock, protocol
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
@@ -36,8 +36,6 @@ from orchestrator.waits import DEFAULT_POLICY, QueueWaits
 from workflows.spec import Allocation, Task, Workflow
 
 BACKENDS = ("mock", "local", "slurm")
-DEFAULT_SIZER = "ksegments"
-"""The best mean AWE over every shared trace with at most 10% of tasks retried (docs/sizing.md)."""
 TRACES = ("HPC2N", "KTH", "CTC")
 
 

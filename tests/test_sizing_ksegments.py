@@ -133,3 +133,11 @@ def test_sizer_uses_the_request_until_it_has_two_records():
     assert more.values[0] == 2 * steps.values[0]
     doubled = sizer.allocate(task, sizer.allocate(task), Exhaustion("memory", steps.peak))
     assert doubled.memory == 2 * steps.peak
+
+
+def test_a_runtime_extrapolated_far_past_the_series_seen_is_cut():
+    # Two records whose runtime line is steep: an input 10^9 times larger once asked for
+    # billions of samples.
+    model = train(np.array([1.0, 2.0]), [np.full(10, 100.0), np.full(1000, 300.0)], 4)
+    assert len(model.predict(1e9, 4)) == 2 * 1000  # k segments of 2 x 1,000 / k samples
+    assert len(model.predict(2.0, 4)) == 1000  # within what was seen: the reference's length

@@ -13,7 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learners.resources import PACKED, Resources
-from learners.sizing import SIZERS, Exhaustion, Record, TaskFeatures, Unfittable, make_sizer
+from learners.sizing import (
+    COMPANION,
+    DEFAULT_SIZER,
+    SIZERS,
+    Exhaustion,
+    Record,
+    TaskFeatures,
+    Unfittable,
+    make_sizer,
+    split_sizer,
+)
 
 WORKER = Resources(16, 64000, 64000)
 MINIMUM = Resources(0.5, 100, 100, wall=0.0)
@@ -102,6 +112,33 @@ def test_unknown_names_and_options_are_clear_errors():
         make_sizer("greedy", worker=WORKER, k=3)
     with pytest.raises(ValueError, match="resources are cores, memory, disk, wall"):
         make_sizer("greedy", worker=WORKER, resources=("gpus",))  # type: ignore[arg-type]
+
+
+def test_a_memory_only_sizer_names_its_companion_after_a_plus():
+    assert split_sizer("ksegments") == ("ksegments", COMPANION)
+    assert split_sizer("ponder+greedy") == ("ponder", "greedy")
+    assert split_sizer("exhaust") == ("exhaust", None)
+    with pytest.raises(ValueError, match="unknown companion 'bogus' of 'ksegments'"):
+        split_sizer("ksegments+bogus")
+    with pytest.raises(ValueError, match="companion 'ponder'"):
+        split_sizer("ksegments+ponder")  # a companion sizes every resource
+    with pytest.raises(ValueError, match="'greedy' sizes every resource: it takes no companion"):
+        split_sizer("greedy+exhaust")
+    assert split_sizer(DEFAULT_SIZER)[0] in SIZERS
+
+
+def test_the_companion_sizes_cores_and_disk_and_the_memory_sizer_memory():
+    paired = make_sizer("ksegments+greedy", worker=WORKER, seed=1)
+    greedy = make_sizer("greedy", worker=WORKER, seed=1, resources=("cores", "disk"))
+    alone = make_sizer("ksegments", worker=WORKER, resources=("memory",))
+    for v in range(40):
+        peak = Resources(1 + v % 3, 500.0 + 10 * v, 100.0 + v, wall=10)
+        for sizer in (paired, greedy, alone):
+            sizer.observe(Record(TaskFeatures("a"), peak))
+    got = paired.allocate(TaskFeatures("a"))
+    want = greedy.allocate(TaskFeatures("a"))
+    assert (got.cores, got.disk) == (want.cores, want.disk)
+    assert got.memory == alone.allocate(TaskFeatures("a")).memory
 
 
 def test_seeded_sizers_repeat_their_draws():

@@ -15,7 +15,7 @@ from typing import Literal
 
 from learners.replay import ReplayResult, replay
 from learners.resources import Resources
-from learners.sizing import SIZERS, make_sizer
+from learners.sizing import make_sizer, split_sizer
 from workflows.traces import Trace, load_trace
 
 PAPER_WORKER = Resources(16, 64000, 64000)
@@ -45,13 +45,12 @@ def bench_sizing(
     use_series: bool = True,
     time_varying: bool = True,
 ) -> list[ReplayResult]:
-    """Replay ``trace`` through each sizer of ``sizers`` (names from :data:`SIZERS`).
+    """Replay ``trace`` through each sizer of ``sizers`` (names as :func:`make_sizer` takes).
 
     See :func:`learners.replay.replay` for ``peaks``, ``use_series`` and ``time_varying``.
     """
-    unknown = [s for s in sizers if s not in SIZERS]
-    if unknown:
-        raise ValueError(f"unknown sizer {', '.join(unknown)}; choose from {', '.join(SIZERS)}")
+    for name in sizers:
+        split_sizer(name)  # every name checked before the first, maybe long, replay
     if not isinstance(trace, Trace):
         trace = load_trace(trace)
     return [

@@ -1,6 +1,27 @@
 """Task sizing: one Sizer protocol, every algorithm of seeds 000-003 behind ``make_sizer``."""
 
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
-from learners.sizing.registry import SIZERS, make_sizer
+from learners.sizing.registry import (
+    COMPANION,
+    COMPANIONS,
+    DEFAULT_SIZER,
+    MEMORY_ONLY,
+    SIZERS,
+    make_sizer,
+    split_sizer,
+)
 
-__all__ = ["SIZERS", "Exhaustion", "Record", "Sizer", "TaskFeatures", "Unfittable", "make_sizer"]
+__all__ = [
+    "COMPANION",
+    "COMPANIONS",
+    "DEFAULT_SIZER",
+    "MEMORY_ONLY",
+    "SIZERS",
+    "Exhaustion",
+    "Record",
+    "Sizer",
+    "TaskFeatures",
+    "Unfittable",
+    "make_sizer",
+    "split_sizer",
+]

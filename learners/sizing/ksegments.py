@@ -141,10 +141,17 @@ def simulate(usage: np.ndarray, steps: Steps, mode: RetryMode, factor: float = 2
 class Model:
     runtime: Line
     segments: tuple[Line, ...]
+    longest: float
+    """Samples of the longest series trained on."""
 
     def predict(self, x: float, k: int) -> np.ndarray:
-        """The reference's ``predict``: the step function for input size ``x``."""
-        per_segment = max(1, int(self.runtime(x)) // k)
+        """The reference's ``predict``: the step function for input size ``x``.
+
+        The predicted length is cut to twice the longest series seen: past its end a step
+        function holds its last value anyway, and a steep runtime line extrapolated to a large
+        input once asked for billions of samples (a MemoryError on sarek).
+        """
+        per_segment = max(1, int(min(self.runtime(x), 2 * self.longest)) // k)
         out: list[float] = []
         previous = None
         for line in self.segments:
@@ -185,6 +192,7 @@ def fit(x: np.ndarray, lengths: np.ndarray, peaks: np.ndarray) -> Model:
     return Model(
         runtime=_fitted(x, lengths, "min"),
         segments=tuple(_fitted(x, peaks[:, j], "max") for j in range(peaks.shape[1])),
+        longest=float(lengths.max()),
     )
 
 

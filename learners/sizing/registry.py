@@ -3,7 +3,8 @@
 Each name picks an algorithm family and its variant; the family builds one
 category learner per category behind a :class:`Composite`. Sizers that only
 learn memory (Ponder, k-Segments, Witt) size the other resources with a
-companion sizer, cctools' ``max-seen`` unless ``companion=`` names another.
+companion, a sizer of every resource: ``ksegments+greedy`` names it, and
+``ksegments`` alone takes :data:`COMPANION`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,13 @@ SIZERS: dict[str, str] = {
 }
 
 MEMORY_ONLY = ("ponder", "ksegments", "ksegments-partial", "witt-mean", "witt-under", "witt-max")
+"""The sizers that learn memory only; ``<one of these>+<companion>`` names the pair."""
+COMPANIONS = tuple(name for name in SIZERS if name not in MEMORY_ONLY)
+"""The sizers of every resource, each of which can size cores and disk beside a memory-only one."""
 COMPANION = "max-seen"
+"""The companion of a memory-only sizer named alone (docs/sizing.md: chosen by measurement)."""
+DEFAULT_SIZER = "ksegments"
+"""The best mean AWE over every shared trace with at most 10% of tasks retried (docs/sizing.md)."""
 
 Factory = Callable[[str], CategoryLearner]
 
@@ -59,11 +66,33 @@ _OPTIONS: dict[str, set[str]] = {
     "bucketing": {"defaults", "sampling", "rate", "max_buckets"},
     "quantized": {"k", "sampling"},
     "tovar": {"maximum", "bucket_sizes", "every"},
-    "ponder": {"min_memory", "max_memory", "first_tasks", "companion"},
-    "ksegments": {"k", "companion"},
-    "witt": {"companion"},
+    "ponder": {"min_memory", "max_memory", "first_tasks"},
+    "ksegments": {"k"},
+    "witt": set(),
     "baseline": set(),
 }
+
+
+def split_sizer(name: str) -> tuple[str, str | None]:
+    """``name`` as (sizer, companion): the companion of a memory-only sizer (named after a
+    ``+``, else :data:`COMPANION`), None for a sizer of every resource.
+
+    Raises ValueError naming what is unknown.
+    """
+    base, plus, companion = name.partition("+")
+    if base not in SIZERS:
+        raise ValueError(f"unknown sizer {base!r}; choose from {', '.join(SIZERS)}")
+    if base not in MEMORY_ONLY:
+        if plus:
+            raise ValueError(f"sizer {base!r} sizes every resource: it takes no companion")
+        return base, None
+    if not plus:
+        return base, COMPANION
+    if companion not in COMPANIONS:
+        raise ValueError(
+            f"unknown companion {companion!r} of {base!r}; choose from {', '.join(COMPANIONS)}"
+        )
+    return base, companion
 
 
 def _family(name: str) -> str:
@@ -89,26 +118,29 @@ def make_sizer(
     minimum: Resources | None = None,
     **options: Any,
 ) -> Composite:
-    """The sizer called ``name`` (one of :data:`SIZERS`) for workers of capacity ``worker``.
+    """The sizer called ``name`` for workers of capacity ``worker``: one of :data:`SIZERS`,
+    or ``memory+companion`` (a memory-only sizer and the sizer of the other resources).
 
     ``resources`` are the ones it sizes (add ``"wall"`` to size wall time too);
     ``minimum`` is a floor no allocation goes below; ``seed`` seeds the sizer's
     own random generator. Family options: bucketing ``defaults`` (per
     resource), ``sampling``, ``rate``, ``max_buckets``; quantized ``k``,
     ``sampling``; Tovar ``maximum`` (per resource), ``bucket_sizes``, ``every``;
-    Ponder ``min_memory``, ``max_memory``, ``first_tasks``; k-Segments ``k``;
-    memory-only sizers ``companion``.
+    Ponder ``min_memory``, ``max_memory``, ``first_tasks``; k-Segments ``k``
+    (a companion takes its defaults).
     """
-    if name not in SIZERS:
-        raise ValueError(f"unknown sizer {name!r}; choose from {', '.join(SIZERS)}")
-    unknown = set(options) - _OPTIONS[_family(name)]
+    base, companion = split_sizer(name)
+    unknown = set(options) - _OPTIONS[_family(base)]
     if unknown:
-        raise ValueError(f"sizer {name!r} takes no option {', '.join(sorted(unknown))}")
+        raise ValueError(f"sizer {base!r} takes no option {', '.join(sorted(unknown))}")
     bad = [r for r in resources if r not in ("cores", "memory", "disk", "wall")]
     if bad or not resources:
         raise ValueError(f"cannot size {bad or 'nothing'}: resources are cores, memory, disk, wall")
     rng = np.random.default_rng(seed)
-    factory = _factory(name, resources, worker, rng, options)
+    if companion is None:
+        factory = _factory(base, resources, worker, rng, options)
+    else:
+        factory = _memory_only(base, companion, resources, worker, rng, options)
     return Composite(name, factory, resources=resources, worker=worker, minimum=minimum)
 
 
@@ -119,10 +151,7 @@ def _factory(
     rng: np.random.Generator,
     options: Mapping[str, Any],
 ) -> Factory:
-    family = _family(name)
-    if name in MEMORY_ONLY:
-        return _memory_only(name, resources, worker, rng, options)
-    if family == "tovar":
+    if _family(name) == "tovar":
         base = name.removesuffix("-doubling")
         mode = "max-throughput" if base == "max-xput" else base
         retry = "double" if name.endswith("-doubling") else "max"
@@ -156,25 +185,22 @@ def _resource_learner(
 
 def _memory_only(
     name: str,
+    companion: str,
     resources: tuple[Resource, ...],
     worker: Resources,
     rng: np.random.Generator,
     options: Mapping[str, Any],
 ) -> Factory:
-    extra = dict(options)
-    companion = extra.pop("companion", COMPANION)
-    if companion not in SIZERS or companion in MEMORY_ONLY:
-        raise ValueError(f"companion {companion!r} must be a sizer of every resource")
     others = tuple(r for r in resources if r != "memory")
     rest = _factory(companion, others, worker, rng, {}) if others else None
 
     def memory() -> ResourceLearner:
         capacity = worker.memory
         if name == "ponder":
-            return Ponder(capacity, **extra)
+            return Ponder(capacity, **options)
         if name.startswith("ksegments"):
             retry = "partial" if name.endswith("partial") else "selective"
-            return KSegments(capacity, retry=retry, **extra)
+            return KSegments(capacity, retry=retry, **options)
         return Witt(capacity, offset=name.removeprefix("witt-"))  # type: ignore[arg-type]
 
     def new(category: str) -> CategoryLearner:
