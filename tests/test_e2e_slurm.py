@@ -1,0 +1,222 @@
+"""Whole runs on the real Slurm of ``scripts/slurm-local up``: pilots are batch jobs whose
+workers connect back to the test's manager.
+
+Every run gets a fresh run id, so its jobs are named ``lt-<run id>-...``; the background jobs
+a test submits carry the same prefix, and whatever is left of it is cancelled at the end, pass
+or fail. The node declares 16 CPUs: a background job of 16 CPUs makes pilots queue.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator import clock
+from orchestrator.planner import Phase
+from orchestrator.session import RunConfig, SlurmOptions, execute
+from orchestrator.store import Store
+from orchestrator.waits import QueueWaits, geometry
+from workflows.spec import Workflow, loads
+
+pytestmark = pytest.mark.slurm
+
+NODE_CPUS = 16
+LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
+
+HOG = '''\
+"""hog.py STAGE INDEX MB:SECONDS ROOT: hold MB megabytes for SECONDS, then write a value
+computed from the stage before to ROOT/STAGE/INDEX."""
+import pathlib, sys, time
+
+stage, index, spec, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], pathlib.Path(sys.argv[4])
+mb, seconds = map(float, spec.split(":"))
+block = b"x" * int(mb * 2**20)
+if stage == "gen":
+    value = index + 1
+elif stage == "square":
+    value = int((root / "gen" / str(index % 4)).read_text()) ** 2
+else:
+    value = sum(int(p.read_text()) for p in (root / "square").iterdir())
+time.sleep(seconds)
+(root / stage).mkdir(exist_ok=True)
+(root / stage / str(index)).write_text(str(value))
+'''
+
+
+def sh(*args: str) -> str:
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+class Cluster:
+    """One test's view of the cluster: its run id, its background jobs, its cleanup."""
+
+    def __init__(self) -> None:
+        self.run_id = f"t{uuid.uuid4().hex[:10]}"
+        self.prefix = f"lt-{self.run_id}"
+
+    def background(self, seconds: int, cpus: int = NODE_CPUS) -> str:
+        """A plain ``sbatch --wrap`` job holding ``cpus`` CPUs for ``seconds``."""
+        out = sh(
+            "sbatch", "--parsable", f"--job-name={self.prefix}-load", "--output=/dev/null",
+            f"--ntasks={cpus}", "--mem-per-cpu=100", f"--wrap=sleep {seconds}",
+        )  # fmt: skip
+        return out.strip()
+
+    def jobs(self, states: str = "all") -> list[dict[str, str]]:
+        """This test's jobs slurmctld remembers: id, name, state, reason."""
+        lines = sh("squeue", "--noheader", f"--states={states}", "--format=%i|%j|%T|%r")
+        jobs = [
+            dict(zip(("id", "name", "state", "reason"), line.split("|"), strict=True))
+            for line in lines.splitlines()
+        ]
+        return [j for j in jobs if j["name"].startswith(self.prefix)]
+
+    def queued(self) -> list[dict[str, str]]:
+        """This test's jobs still pending, running or completing."""
+        return self.jobs("PENDING,RUNNING,COMPLETING")
+
+    def pilots(self) -> list[dict[str, str]]:
+        return [j for j in self.jobs() if not j["name"].endswith("-load")]
+
+    def clean(self) -> None:
+        ids = [j["id"] for j in self.queued()]
+        if ids:
+            subprocess.run(["scancel", *ids], check=False, timeout=60)
+
+
+@pytest.fixture
+def cluster():
+    cluster = Cluster()
+    yield cluster
+    cluster.clean()
+
+
+def hogs(root: Path, gen: str, square: str, **allocation: str) -> Workflow:
+    """gen (4 tasks) -> square (6 tasks, reading gen) -> sum (1 task): real programs holding
+    memory for a second or so; ``allocation`` adds fields to every stage's allocation."""
+    (root / "hog.py").write_text(HOG)
+    command = f"{sys.executable} {root / 'hog.py'} {{stage}} {{index}} {{item}} {root}"
+    extra = "".join(f', {k} = "{v}"' for k, v in allocation.items())
+    tasks = f'command = "{command}", cores = 1, disk = "20M"'
+    return loads(
+        textwrap.dedent(
+            f"""
+            name = "hogs"
+            [[stage]]
+            name = "gen"
+            allocation = {{ cores = 2, memory = "2G", time = "5m"{extra} }}
+            tasks = {{ {tasks}, items = {json.dumps([gen] * 4)} }}
+            [[stage]]
+            name = "square"
+            after = ["gen"]
+            allocation = {{ cores = 2, memory = "2G", time = "5m"{extra} }}
+            tasks = {{ {tasks}, items = {json.dumps([square] * 6)} }}
+            [[stage]]
+            name = "sum"
+            after = ["square"]
+            allocation = {{ cores = 1, memory = "1G", time = "5m"{extra} }}
+            tasks = {{ {tasks}, items = ["30:0.5"] }}
+            """
+        )
+    )
+
+
+def slurm_config(tmp_path: Path, strategy: str) -> RunConfig:
+    options = SlurmOptions(
+        workdir=tmp_path / "runs",
+        bind="127.0.0.1",
+        worker_args=FAST_SAMPLES,
+        heartbeat_s=0.5,
+        poll_interval_s=0.5,
+    )
+    return RunConfig(backend="slurm", strategy=strategy, slurm=options)
+
+
+async def run(workflow, config, store, cluster, observer=None):
+    summary = await execute(workflow, config, store, run_id=cluster.run_id, observer=observer)
+    rows = {
+        table: await store.rows(table, {"run_id": summary.run_id})
+        for table in ("pilots", "tasks", "attempts", "waits")
+    }
+    return summary, rows
+
+
+def check_outputs(root: Path) -> None:
+    values = {
+        stage: {p.name: int(p.read_text()) for p in (root / stage).iterdir()}
+        for stage in ("gen", "square", "sum")
+    }
+    assert values["gen"] == {str(i): i + 1 for i in range(4)}
+    assert values["square"] == {str(i): (i % 4 + 1) ** 2 for i in range(6)}
+    assert values["sum"] == {"0": sum(values["square"].values())}
+
+
+@pytest.mark.parametrize("strategy", ["per-stage", "asa"])
+def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
+    """Pilots queue behind a full node; ASA chains them with dependencies; the learner
+    learns the waits; tasks get sized allocations; nothing of the run is left queued."""
+    workflow = hogs(tmp_path, gen="60:1.5", square="80:1")
+    seen: dict[str, str] = {}
+
+    def observer(engine):
+        """While gen runs, what squeue says of the pilot of the stage after it."""
+        if seen or engine.stages["gen"].phase is not Phase.RUNNING:
+            return
+        square = [p for p in engine.pilots.values() if "square" in p.stages and p.job_id]
+        if square:
+            state = sh("squeue", "--noheader", "-j", square[0].job_id, "--format=%T %r")
+            seen["square"] = state.strip()
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            summary, rows = await run(
+                workflow, slurm_config(tmp_path, strategy), store, cluster, observer
+            )
+            learner = (await QueueWaits.load(store)).learner
+            return summary, rows, learner
+
+    cluster.background(seconds=6)
+    summary, rows, learner = clock.run(main(), virtual=False)
+
+    assert summary.status == "done", summary.error
+    check_outputs(tmp_path)
+    assert cluster.queued() == []
+    pilots = {p["pilot_id"]: p for p in rows["pilots"]}
+    assert [p.state for p in summary.pilots] == ["COMPLETED"] * 3
+    assert {j["name"] for j in cluster.pilots()} == {p["request"]["name"] for p in pilots.values()}
+    if strategy == "asa":
+        assert seen["square"] == "PENDING Dependency"
+        assert pilots["square-1"]["request"]["dependency"] == f"afterok:{pilots['gen-0']['job_id']}"
+    else:
+        assert "square" not in seen  # submitted only once gen is done
+        assert all(p["request"]["dependency"] is None for p in pilots.values())
+
+    # The first pilot queued behind the background job; every wait was learned.
+    waits = {w["pilot_id"]: w["observed"] for w in rows["waits"]}
+    assert set(waits) == set(pilots)
+    assert waits["gen-0"] >= 3
+    for stage in workflow.stages:
+        stats = learner.stats(geometry(stage.allocation))
+        assert stats.observations >= 1 and stats.last_wait is not None
+
+    # Tasks ran with sized allocations: the whole worker during the sizer's cold start (the
+    # first tasks of a stage, before it learned from enough of them), a small part of it after.
+    attempts = sorted(rows["attempts"], key=lambda a: a["start_t"])
+    assert len([a for a in attempts if a["outcome"] == "success"]) == len(rows["tasks"]) == 11
+    for stage in workflow.stages:
+        worker = stage.allocation.memory_mb
+        mine = [a for a in attempts if a["task_id"].startswith(f"{stage.name}.")]
+        assert all(a["allocation"]["cores"] == 1 for a in mine)
+        assert all(a["peak"]["memory"] <= a["allocation"]["memory"] for a in mine
+                   if a["outcome"] == "success")  # fmt: skip
+        whole = [a["allocation"]["memory"] == worker for a in mine if a["attempt"] == 1]
+        assert whole == sorted(whole, reverse=True)  # once sized, never the whole worker again
+        sized = [a["allocation"]["memory"] for a in mine if a["allocation"]["memory"] < worker]
+        assert all(memory < worker / 4 for memory in sized)
+        if len(mine) >= 4:
+            assert not whole[-1]
