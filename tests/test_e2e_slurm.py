@@ -7,9 +7,11 @@ or fail. The node declares 16 CPUs: a background job of 16 CPUs makes pilots que
 """
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -220,3 +222,146 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
         assert all(memory < worker / 4 for memory in sized)
         if len(mine) >= 4:
             assert not whole[-1]
+
+
+def one_stage(root: Path, count: int, item: str) -> Workflow:
+    (root / "hog.py").write_text(HOG)
+    command = f"{sys.executable} {root / 'hog.py'} gen {{index}} {item} {root}"
+    return loads(
+        textwrap.dedent(
+            f"""
+            name = "gen"
+            [[stage]]
+            name = "gen"
+            allocation = {{ cores = 2, memory = "2G", time = "5m" }}
+            [stage.tasks]
+            command = "{command}"
+            count = {count}
+            cores = 1
+            memory = "200M"
+            disk = "20M"
+            """
+        )
+    )
+
+
+def test_a_pilot_cancelled_mid_stage_is_replaced_and_its_tasks_complete(tmp_path, cluster):
+    workflow = one_stage(tmp_path, count=6, item="30:1.5")
+    cancelled: list[str] = []
+
+    def observer(engine):
+        running = [p for p in engine.pilots.values() if engine.pool.busy(p.pilot_id)]
+        if not cancelled and running:
+            cancelled.append(running[0].job_id)
+            sh("scancel", running[0].job_id)
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            return await run(
+                workflow, slurm_config(tmp_path, "per-stage"), store, cluster, observer
+            )
+
+    summary, rows = clock.run(main(), virtual=False)
+
+    assert summary.status == "done", summary.error
+    assert [p.state for p in summary.pilots] == ["CANCELLED", "COMPLETED"]
+    pilots = {p["job_id"]: p["pilot_id"] for p in rows["pilots"]}
+    assert cancelled[0] in pilots and len(pilots) == 2
+    replacement = next(p for j, p in pilots.items() if j != cancelled[0])
+    assert {t["state"] for t in rows["tasks"]} == {"done"} and len(rows["tasks"]) == 6
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == [str(i) for i in range(6)]
+    for task in rows["tasks"]:
+        tries = [a for a in rows["attempts"] if a["task_id"] == task["task_id"]]
+        last = max(tries, key=lambda a: a["attempt"])
+        assert last["outcome"] == "success"
+        for earlier in tries[:-1]:  # cut short by the cancel: not the task's fault
+            assert earlier["outcome"] == "lost" and last["pilot_id"] == replacement
+    assert any(a["outcome"] == "lost" for a in rows["attempts"])
+    assert cluster.queued() == []
+
+
+def leadtime_run(tmp_path: Path, workflow: str, *options: str, **popen) -> subprocess.Popen:
+    (tmp_path / "wf.toml").write_text(textwrap.dedent(workflow))
+    command = [*LEADTIME, "run", str(tmp_path / "wf.toml"), "--backend", "slurm"]
+    command += ["--bind", "127.0.0.1", "--workdir", str(tmp_path / "work")]
+    command += ["--db", str(tmp_path / "db"), "--quiet", *options]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_jobs(tmp_path: Path) -> Cluster:
+    """The jobs of the one run started in ``tmp_path`` by the command line."""
+    cluster = Cluster()
+    (run_dir,) = (tmp_path / "work").iterdir()
+    cluster.run_id, cluster.prefix = run_dir.name, f"lt-{run_dir.name}"
+    return cluster
+
+
+def test_invalid_partition_stops_the_run_before_anything_is_queued(tmp_path):
+    run = leadtime_run(
+        tmp_path,
+        """
+        name = "bad"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "true", count = 1 }
+        [[stage]]
+        name = "b"
+        after = ["a"]
+        allocation = { cores = 1, time = "5m", partition = "no-such-partition" }
+        tasks = { command = "true", count = 1 }
+        """,
+    )
+    _, err = run.communicate(timeout=60)
+    jobs = run_jobs(tmp_path)
+    try:
+        assert run.returncode == 2, err
+        assert "the batch system refused a pilot" in err
+        assert "invalid partition" in err.lower() and "(--partition)" in err
+        assert "Traceback" not in err
+        assert jobs.jobs() == []  # not even the valid first stage's pilot
+        assert not (tmp_path / "work" / jobs.run_id / "secret").exists()
+    finally:
+        jobs.clean()
+
+
+def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
+    run = leadtime_run(
+        tmp_path,
+        """
+        name = "long"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "sleep 120", count = 1, cores = 1, memory = "50M", disk = "1M" }
+        [[stage]]
+        name = "b"
+        after = ["a"]
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "true", count = 1, cores = 1, memory = "50M", disk = "1M" }
+        """,
+        "--strategy",
+        "asa",
+    )
+    jobs = None
+    try:
+        for _ in range(300):  # the task starts within seconds
+            if jobs is None and (tmp_path / "work").exists() and any((tmp_path / "work").iterdir()):
+                jobs = run_jobs(tmp_path)
+            if jobs and subprocess.run(["pgrep", "-f", "^sleep 120$"], check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        assert jobs is not None
+        states = {j["name"].rsplit("-", 2)[1]: j["state"] for j in jobs.queued()}
+        assert states == {"a": "RUNNING", "b": "PENDING"}
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 130 and "interrupted" in err, err
+        assert jobs.queued() == []
+        final = {j["name"].rsplit("-", 2)[1]: j["state"] for j in jobs.jobs()}
+        assert final == {"a": "COMPLETED", "b": "CANCELLED"}
+        assert subprocess.run(["pgrep", "-f", "^sleep 120$"], check=False).returncode == 1
+    finally:
+        run.kill()
+        if jobs is not None:
+            jobs.clean()
