@@ -7,10 +7,12 @@ or fail. The node declares 16 CPUs: a background job of 16 CPUs makes pilots que
 """
 
 import json
+import logging
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -224,29 +226,37 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
             assert not whole[-1]
 
 
-def one_stage(root: Path, count: int, item: str) -> Workflow:
+def gen_square(root: Path, gens: int, item: str, squares: int = 0) -> Workflow:
+    """Stage gen of ``gens`` tasks holding memory as ``item`` says, then (with ``squares``)
+    stage square of that many tasks reading gen's outputs."""
     (root / "hog.py").write_text(HOG)
-    command = f"{sys.executable} {root / 'hog.py'} gen {{index}} {item} {root}"
-    return loads(
-        textwrap.dedent(
-            f"""
-            name = "gen"
-            [[stage]]
-            name = "gen"
-            allocation = {{ cores = 2, memory = "2G", time = "5m" }}
-            [stage.tasks]
-            command = "{command}"
-            count = {count}
-            cores = 1
-            memory = "200M"
-            disk = "20M"
-            """
-        )
-    )
+    command = f"{sys.executable} {root / 'hog.py'} {{stage}} {{index}} {item} {root}"
+    text = """
+        name = "gen-square"
+        [[stage]]
+        name = "gen"
+        allocation = { cores = 2, memory = "2G", time = "5m" }
+        [stage.tasks]
+        command = "COMMAND"
+        count = GENS
+        cores = 1
+        memory = "200M"
+        disk = "20M"
+        """
+    if squares:
+        text += """
+        [[stage]]
+        name = "square"
+        after = ["gen"]
+        allocation = { cores = 1, memory = "1G", time = "5m" }
+        tasks = { command = "COMMAND", count = SQUARES, cores = 1, memory = "200M", disk = "20M" }
+        """
+    text = text.replace("COMMAND", command).replace("GENS", str(gens))
+    return loads(textwrap.dedent(text.replace("SQUARES", str(squares))))
 
 
 def test_a_pilot_cancelled_mid_stage_is_replaced_and_its_tasks_complete(tmp_path, cluster):
-    workflow = one_stage(tmp_path, count=6, item="30:1.5")
+    workflow = gen_square(tmp_path, gens=6, item="30:1.5")
     cancelled: list[str] = []
 
     def observer(engine):
@@ -365,3 +375,51 @@ def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
         run.kill()
         if jobs is not None:
             jobs.clean()
+
+
+@pytest.mark.slow
+def test_a_controller_outage_mid_run_is_waited_out_without_duplicate_pilots(
+    tmp_path, cluster, slurm_local, caplog
+):
+    """slurmctld stops for 30 s while the first stage runs: its tasks go on (workers talk to
+    the manager, not to Slurm); the next stage's pilot, due during the outage, is submitted
+    once when the controller is back."""
+    workflow = gen_square(tmp_path, gens=4, item="30:2", squares=1)
+    outage: list[threading.Thread] = []
+
+    def stop_for_30_s() -> None:
+        sh(slurm_local, "stop-ctld")
+        try:
+            time.sleep(30)
+        finally:
+            sh(slurm_local, "start-ctld")
+
+    def observer(engine):
+        if not outage and engine.stages["gen"].phase is Phase.RUNNING:
+            outage.append(threading.Thread(target=stop_for_30_s))
+            outage[0].start()
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            return await run(
+                workflow, slurm_config(tmp_path, "per-stage"), store, cluster, observer
+            )
+
+    caplog.set_level(logging.WARNING, logger="backends.slurm")
+    try:
+        summary, rows = clock.run(main(), virtual=False)
+    finally:
+        for thread in outage:
+            thread.join()
+
+    assert summary.status == "done", summary.error
+    assert "Unable to contact slurm controller" in caplog.text
+    gen_end = max(a["end_t"] for a in rows["attempts"] if a["task_id"].startswith("gen."))
+    pilots = {p["pilot_id"]: p for p in rows["pilots"]}
+    assert set(pilots) == {"gen-0", "square-1"}
+    assert pilots["square-1"]["submit_t"] < gen_end + 1 < pilots["square-1"]["start_t"] - 20
+    names = sorted(j["name"] for j in cluster.pilots())
+    assert names == sorted(p["request"]["name"] for p in pilots.values())  # each job once
+    assert [p.state for p in summary.pilots] == ["COMPLETED", "COMPLETED"]
+    assert {t["state"] for t in rows["tasks"]} == {"done"} and len(rows["tasks"]) == 5
+    assert cluster.queued() == []
