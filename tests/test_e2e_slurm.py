@@ -8,6 +8,7 @@ or fail. The node declares 16 CPUs: a background job of 16 CPUs makes pilots que
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -166,9 +167,13 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
     learns the waits; tasks get sized allocations; nothing of the run is left queued."""
     workflow = hogs(tmp_path, gen="60:1.5", square="80:1")
     seen: dict[str, str] = {}
+    time_left: dict[str, float] = {}
 
     def observer(engine):
-        """While gen runs, what squeue says of the pilot of the stage after it."""
+        """The time each worker had left when it joined, and, while gen runs, what squeue
+        says of the pilot of the stage after it."""
+        for worker in engine.source.manager.workers.values():
+            time_left.setdefault(worker.id, worker.end_time - clock.now())
         if seen or engine.stages["gen"].phase is not Phase.RUNNING:
             return
         square = [p for p in engine.pilots.values() if "square" in p.stages and p.job_id]
@@ -199,6 +204,9 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
     else:
         assert "square" not in seen  # submitted only once gen is done
         assert all(p["request"]["dependency"] is None for p in pilots.values())
+
+    # Every worker knew when its pilot ends (5 minutes after it started).
+    assert len(time_left) == 3 and all(280 < t <= 300 for t in time_left.values()), time_left
 
     # The first pilot queued behind the background job; every wait was learned.
     waits = {w["pilot_id"]: w["observed"] for w in rows["waits"]}
@@ -290,12 +298,15 @@ def test_a_pilot_cancelled_mid_stage_is_replaced_and_its_tasks_complete(tmp_path
     assert cluster.queued() == []
 
 
-def leadtime_run(tmp_path: Path, workflow: str, *options: str, **popen) -> subprocess.Popen:
+def leadtime_run(tmp_path: Path, workflow: str, *options: str) -> subprocess.Popen:
     (tmp_path / "wf.toml").write_text(textwrap.dedent(workflow))
     command = [*LEADTIME, "run", str(tmp_path / "wf.toml"), "--backend", "slurm"]
     command += ["--bind", "127.0.0.1", "--workdir", str(tmp_path / "work")]
     command += ["--db", str(tmp_path / "db"), "--quiet", *options]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "COLUMNS": "300"}  # rich wraps error messages to the terminal's width
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def run_jobs(tmp_path: Path) -> Cluster:
@@ -331,6 +342,28 @@ def test_invalid_partition_stops_the_run_before_anything_is_queued(tmp_path):
         assert "Traceback" not in err
         assert jobs.jobs() == []  # not even the valid first stage's pilot
         assert not (tmp_path / "work" / jobs.run_id / "secret").exists()
+    finally:
+        jobs.clean()
+
+
+def test_an_unknown_sbatch_option_is_named_before_anything_is_queued(tmp_path):
+    run = leadtime_run(
+        tmp_path,
+        """
+        name = "tiny"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "true", count = 1 }
+        """,
+        "--sbatch-option=--frobnicate=3",
+    )
+    _, err = run.communicate(timeout=60)
+    jobs = run_jobs(tmp_path)
+    try:
+        assert run.returncode == 2, err
+        assert "unrecognized option '--frobnicate=3'" in err and "(--frobnicate)" in err
+        assert jobs.jobs() == []
     finally:
         jobs.clean()
 
