@@ -101,12 +101,11 @@ def cluster():
     cluster.clean()
 
 
-def hogs(root: Path, gen: str, square: str, **allocation: str) -> Workflow:
+def hogs(root: Path, gen: str, square: str) -> Workflow:
     """gen (4 tasks) -> square (6 tasks, reading gen) -> sum (1 task): real programs holding
-    memory for a second or so; ``allocation`` adds fields to every stage's allocation."""
+    memory for a second or so."""
     (root / "hog.py").write_text(HOG)
     command = f"{sys.executable} {root / 'hog.py'} {{stage}} {{index}} {{item}} {root}"
-    extra = "".join(f', {k} = "{v}"' for k, v in allocation.items())
     tasks = f'command = "{command}", cores = 1, disk = "20M"'
     return loads(
         textwrap.dedent(
@@ -114,17 +113,17 @@ def hogs(root: Path, gen: str, square: str, **allocation: str) -> Workflow:
             name = "hogs"
             [[stage]]
             name = "gen"
-            allocation = {{ cores = 2, memory = "2G", time = "5m"{extra} }}
+            allocation = {{ cores = 2, memory = "2G", time = "5m" }}
             tasks = {{ {tasks}, items = {json.dumps([gen] * 4)} }}
             [[stage]]
             name = "square"
             after = ["gen"]
-            allocation = {{ cores = 2, memory = "2G", time = "5m"{extra} }}
+            allocation = {{ cores = 2, memory = "2G", time = "5m" }}
             tasks = {{ {tasks}, items = {json.dumps([square] * 6)} }}
             [[stage]]
             name = "sum"
             after = ["square"]
-            allocation = {{ cores = 1, memory = "1G", time = "5m"{extra} }}
+            allocation = {{ cores = 1, memory = "1G", time = "5m" }}
             tasks = {{ {tasks}, items = ["30:0.5"] }}
             """
         )
