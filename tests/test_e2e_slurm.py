@@ -455,3 +455,39 @@ def test_a_controller_outage_mid_run_is_waited_out_without_duplicate_pilots(
     assert [p.state for p in summary.pilots] == ["COMPLETED", "COMPLETED"]
     assert {t["state"] for t in rows["tasks"]} == {"done"} and len(rows["tasks"]) == 5
     assert cluster.queued() == []
+
+
+def test_the_secret_reaches_workers_only_through_a_private_file(tmp_path, cluster):
+    workflow = gen_square(tmp_path, gens=2, item="20:1")
+    secret_file = tmp_path / "runs" / cluster.run_id / "secret"
+    looked: dict[str, object] = {}
+
+    def observer(engine):
+        workers = list(engine.source.manager.workers.values())
+        if looked or not workers:
+            return
+        secret = engine.source.manager.secret.hex()
+        (pilot,) = engine.pilots.values()
+        looked["mode"] = secret_file.stat().st_mode & 0o777
+        looked["file"] = secret_file.read_text().strip() == secret
+        looked["script"] = sh("scontrol", "write", "batch_script", pilot.job_id, "-")
+        looked["comment"] = sh("squeue", "--noheader", "-j", pilot.job_id, "--format=%j|%k")
+        proc = Path(f"/proc/{workers[0].pid}")
+        looked["worker"] = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        looked["secret"] = secret
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            config = slurm_config(tmp_path, "per-stage")
+            return await run(workflow, config, store, cluster, observer)
+
+    summary, _ = clock.run(main(), virtual=False)
+
+    assert summary.status == "done", summary.error
+    assert looked["mode"] == 0o600 and looked["file"]
+    assert f"--secret-file {secret_file}" in looked["script"]
+    assert looked["secret"] not in looked["script"]
+    assert looked["secret"].encode() not in looked["worker"]
+    run_id = cluster.run_id
+    assert looked["comment"].strip() == f"lt-{run_id}-gen-0|leadtime run={run_id} pilot=gen-0"
+    assert not secret_file.exists()  # removed with the run
