@@ -167,12 +167,14 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
     workflow = hogs(tmp_path, gen="60:1.5", square="80:1")
     seen: dict[str, str] = {}
     time_left: dict[str, float] = {}
+    capacity: dict[str, tuple[float, float]] = {}
 
     def observer(engine):
-        """The time each worker had left when it joined, and, while gen runs, what squeue
+        """What each worker said of itself when it joined, and, while gen runs, what squeue
         says of the pilot of the stage after it."""
         for worker in engine.source.manager.workers.values():
             time_left.setdefault(worker.id, worker.end_time - clock.now())
+            capacity[worker.pilot_id] = (worker.capacity.cores, worker.capacity.memory)
         if seen or engine.stages["gen"].phase is not Phase.RUNNING:
             return
         square = [p for p in engine.pilots.values() if "square" in p.stages and p.job_id]
@@ -204,8 +206,13 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
         assert "square" not in seen  # submitted only once gen is done
         assert all(p["request"]["dependency"] is None for p in pilots.values())
 
-    # Every worker knew when its pilot ends (5 minutes after it started).
+    # Every worker knew its share of the node and when its pilot ends (5 minutes after it
+    # started) from Slurm's environment.
     assert len(time_left) == 3 and all(280 < t <= 300 for t in time_left.values()), time_left
+    sizes = {
+        p["job_id"]: (p["request"]["cores"], p["request"]["memory_mb"]) for p in rows["pilots"]
+    }
+    assert capacity == sizes
 
     # The first pilot queued behind the background job; every wait was learned.
     waits = {w["pilot_id"]: w["observed"] for w in rows["waits"]}
