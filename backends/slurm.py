@@ -167,6 +167,19 @@ class SlurmBackend:
         self.track(job_id)
         return job_id
 
+    async def check(self, request: PilotRequest) -> None:
+        """Slurm's own verdict on ``request`` (``sbatch --test-only``): nothing is queued."""
+        args = sbatch_arguments(request, self.run_dir, self.sbatch_options)
+        script = batch_script(request.name, self.worker_command, self.worker_env)
+
+        async def attempt() -> None:
+            try:
+                await self._run(self.commands.sbatch, "--test-only", *args, stdin=script)
+            except _CommandFailed as e:
+                raise rejection(str(e), args) from None
+
+        await self._retrying(f"check {request.name}", attempt)
+
     async def cancel(self, job_id: str) -> None:
         await self._retrying(f"cancel job {job_id}", lambda: self._scancel(job_id))
 

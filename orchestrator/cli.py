@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from backends.base import SubmitError
+from backends.slurm import SlurmError
 from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry
 from learners.resources import Resources
@@ -25,11 +26,13 @@ from orchestrator.dashboard import Dashboard
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import compare_tables, run_table, strategies_table
 from orchestrator.session import (
+    BACKENDS,
     TRACES,
     LocalOptions,
     MockOptions,
     RunConfig,
     SetupError,
+    SlurmOptions,
     execute,
 )
 from orchestrator.store import Store, default_path
@@ -198,11 +201,26 @@ def run(
     wait_estimate: WaitEstimate = "auto",
     workdir: Annotated[
         Path | None,
-        typer.Option(help="Local: run files go to WORKDIR/RUN_ID (default: beside the store)."),
+        typer.Option(
+            help="Local, slurm: run files go to WORKDIR/RUN_ID (default: beside the store); "
+            "for slurm, on a file system the compute nodes share."
+        ),
     ] = None,
     bind: Annotated[
-        str, typer.Option(help="Local: the address the manager listens on for its workers.")
-    ] = "127.0.0.1",
+        str | None,
+        typer.Option(
+            help="Local, slurm: the address the manager listens on for its workers "
+            "(default: 127.0.0.1 for local, this host's address for slurm)."
+        ),
+    ] = None,
+    sbatch_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sbatch-option",
+            help="Slurm: an option added to every pilot's sbatch (repeatable), "
+            "e.g. --sbatch-option=--account=proj.",
+        ),
+    ] = None,
     oversubscribe: Annotated[
         bool, typer.Option(help="Local: let a pilot ask for more cores than this machine has.")
     ] = False,
@@ -216,8 +234,9 @@ def run(
     workflow = load_workflow(file, scale)
     _choice(strategy, STRATEGIES, "strategy")
     _choice(policy, POLICIES, "policy")
-    if backend not in ("mock", "local"):
-        fail(f"--backend {backend}: not available yet; use --backend mock or local")
+    _choice(backend, BACKENDS, "backend")
+    if sbatch_option and backend != "slurm":
+        fail("--sbatch-option is for --backend slurm")
     if backend != "mock" and strategy == "oracle":
         fail("--strategy oracle needs the simulated queue's true waits: use --backend mock")
     config = RunConfig(
@@ -229,7 +248,8 @@ def run(
         learn_by=_learn_by(learn_by),
         wait_estimate=_wait_estimate(wait_estimate),
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
-        local=LocalOptions(workdir=workdir, bind=bind, oversubscribe=oversubscribe),
+        local=LocalOptions(workdir=workdir, bind=bind or "127.0.0.1", oversubscribe=oversubscribe),
+        slurm=SlurmOptions(workdir=workdir, bind=bind, sbatch_options=tuple(sbatch_option or ())),
         **_sizer(sizer),
     )
     summary = _run(workflow, config, db, dashboard=not (quiet or json_))
@@ -263,6 +283,8 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
     except SetupError as e:
         fail(str(e))
+    except SlurmError as e:
+        fail(f"Slurm: {e}")
 
 
 @app.command(

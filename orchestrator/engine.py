@@ -770,14 +770,15 @@ class Engine:
         await self.store.flush()
 
     async def _shutdown(self) -> None:
-        """Release or cancel every pilot still alive, then record how the run ended."""
+        """Release every pilot still alive, then record how the run ended.
+
+        The backend cancels a pilot still pending: it knows the job's state better than the
+        last update did (a pilot seen pending may have started since).
+        """
         for pilot in self.pilots.values():
             if pilot.live and pilot.job_id is not None:
                 pilot.released = True
-                if pilot.state == JobState.RUNNING:
-                    await self.backend.release(pilot.job_id)
-                else:
-                    await self.backend.cancel(pilot.job_id)
+                await self.backend.release(pilot.job_id)
         await self._settle()
         for task in self._inflight:
             task.cancel()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import socket
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import BatchBackend
-from backends.local import LocalBackend
+from backends.local import WORKER_COMMAND, LocalBackend
 from backends.mock import MockSlurm
+from backends.slurm import SlurmBackend
 from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
 from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
@@ -25,7 +27,7 @@ from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import clock, protocol
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
-from orchestrator.manager import Manager
+from orchestrator.manager import Manager, host_address
 from orchestrator.planner import Planner, make_planner
 from orchestrator.pool import Pool
 from orchestrator.remote import RemoteWorkers
@@ -96,10 +98,30 @@ class LocalOptions:
     heartbeat_s: float = 5.0
 
 
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Pilots as Slurm batch jobs, workers connecting to this process from the compute nodes."""
+
+    workdir: Path | None = None
+    """As for local runs; it must be on a file system the compute nodes share: the pilots'
+    output and the run's secret file go there."""
+    bind: str | None = None
+    """Address the manager listens on; by default this host's address as other nodes reach
+    it (its name resolved)."""
+    sbatch_options: tuple[str, ...] = ()
+    """Added to every pilot's sbatch command line (``--account=proj``, ``--constraint=x``)."""
+    worker_args: tuple[str, ...] = ()
+    """More ``leadtime worker`` options for every worker."""
+    heartbeat_s: float = 5.0
+    poll_interval_s: float = 2.0
+    """Seconds between two ``squeue`` readings of the run's jobs."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
     backend: str = "mock"
-    """mock (the simulated cluster, virtual time) or local (real processes, real time)."""
+    """mock (the simulated cluster, virtual time), local (real processes, real time) or slurm
+    (real batch jobs)."""
     strategy: str = "per-stage"
     sizer: str = DEFAULT_SIZER
     seed: int = 0
@@ -115,6 +137,7 @@ class RunConfig:
     idle_cancel_s: float = 600.0
     mock: MockOptions = field(default_factory=MockOptions)
     local: LocalOptions = field(default_factory=LocalOptions)
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
     def options(self) -> EngineOptions:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
@@ -172,10 +195,14 @@ async def execute(
             backend, workers = await stack.enter_async_context(
                 local_pilots(config.local, store, run_id)
             )
+        elif backend is None and config.backend == "slurm":
+            backend, workers = await stack.enter_async_context(
+                slurm_pilots(config.slurm, store, run_id)
+            )
         elif backend is None and config.backend == "mock":
             backend = config.mock.backend()
         elif backend is None:
-            raise ValueError(f"runs on the {config.backend} backend are not available yet")
+            raise ValueError(f"unknown backend {config.backend!r}; choose one of {BACKENDS}")
         stack.push_async_callback(backend.close)
         return await _execute(workflow, config, store, backend, workers, observer, run_id, planner)
 
@@ -244,43 +271,108 @@ async def _execute(
     return await engine.run()
 
 
+@dataclass(frozen=True)
+class RunManager:
+    """This process as a run's manager: listening, with the run's secret and directory."""
+
+    manager: Manager
+    address: str
+    """``HOST:PORT`` the workers connect to."""
+    secret: bytes
+    run_dir: Path
+
+
+@contextlib.asynccontextmanager
+async def run_manager(
+    bind: str,
+    heartbeat_s: float,
+    workdir: Path | None,
+    store: Store,
+    run_id: str,
+    *,
+    wildcard: str,
+) -> AsyncIterator[RunManager]:
+    """Make the run's directory and secret, and start its manager on ``bind``.
+
+    The run's files go to ``workdir/<run id>``, by default ``runs/<run id>``
+    beside the store's file, or a temporary directory removed after the run
+    when the store is in memory. Workers of a manager listening on every
+    address (``0.0.0.0``, ``::``) connect to ``wildcard``.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        if workdir is not None:
+            run_dir = workdir / run_id
+        elif store.path is not None:
+            run_dir = store.path.parent / "runs" / run_id
+        else:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="leadtime-"))
+            run_dir = Path(scratch) / run_id
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SetupError(f"cannot make the run directory {run_dir}: {e.strerror}") from e
+        secret = protocol.generate_secret()
+        manager = Manager(secret, host=bind, heartbeat_s=heartbeat_s)
+        try:
+            host, port = await manager.start()
+        except OSError as e:
+            raise SetupError(f"the manager cannot listen on {bind}: {e}") from e
+        stack.push_async_callback(manager.close)
+        if host in ("0.0.0.0", "::"):
+            host = wildcard
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        yield RunManager(manager, address, secret, run_dir)
+
+
 @contextlib.asynccontextmanager
 async def local_pilots(
     options: LocalOptions, store: Store, run_id: str
 ) -> AsyncIterator[tuple[LocalBackend, RemoteWorkers]]:
     """This process as the run's manager, and pilots of local workers that connect to it.
 
-    The run's secret is made here and reaches the workers through their
-    environment only.
+    The run's secret reaches the workers through their environment only.
     """
-    async with contextlib.AsyncExitStack() as stack:
-        if options.workdir is not None:
-            run_dir = options.workdir / run_id
-        elif store.path is not None:
-            run_dir = store.path.parent / "runs" / run_id
-        else:
-            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="leadtime-"))
-            run_dir = Path(scratch) / run_id
-        secret = protocol.generate_secret()
-        manager = Manager(secret, host=options.bind, heartbeat_s=options.heartbeat_s)
+    async with run_manager(
+        options.bind, options.heartbeat_s, options.workdir, store, run_id, wildcard="127.0.0.1"
+    ) as run:
+        backend = LocalBackend(
+            run.address,
+            run.run_dir,
+            worker_args=options.worker_args,
+            worker_env={protocol.SECRET_ENV: run.secret.hex()},
+            oversubscribe=options.oversubscribe,
+        )
+        yield backend, RemoteWorkers(run.manager)
+
+
+@contextlib.asynccontextmanager
+async def slurm_pilots(
+    options: SlurmOptions, store: Store, run_id: str
+) -> AsyncIterator[tuple[SlurmBackend, RemoteWorkers]]:
+    """This process as the run's manager, and Slurm pilots whose workers connect to it.
+
+    The workers run this process's interpreter (a virtual environment's works
+    on any node that shares its file system). The run's secret reaches them
+    through a file of mode 0600 in the run directory, removed when the run
+    ends: not on their command line (any user can read it), nor in the batch
+    script (slurmctld keeps a copy).
+    """
+    bind = options.bind or host_address()
+    async with run_manager(
+        bind, options.heartbeat_s, options.workdir, store, run_id, wildcard=socket.getfqdn()
+    ) as run:
+        secret_file = protocol.write_secret(run.run_dir / "secret", run.secret)
         try:
-            host, port = await manager.start()
-        except OSError as e:
-            raise SetupError(f"the manager cannot listen on {options.bind}: {e}") from e
-        stack.push_async_callback(manager.close)
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1" if host == "0.0.0.0" else "::1"
-        try:
-            backend = LocalBackend(
-                f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
-                run_dir,
-                worker_args=options.worker_args,
-                worker_env={protocol.SECRET_ENV: secret.hex()},
-                oversubscribe=options.oversubscribe,
+            command = [*WORKER_COMMAND, "--manager", run.address, "--secret-file", str(secret_file)]
+            backend = SlurmBackend(
+                [*command, *options.worker_args],
+                run.run_dir,
+                sbatch_options=options.sbatch_options,
+                poll_interval_s=options.poll_interval_s,
             )
-        except OSError as e:
-            raise SetupError(f"cannot make the run directory {run_dir}: {e.strerror}") from e
-        yield backend, RemoteWorkers(manager)
+            yield backend, RemoteWorkers(run.manager)
+        finally:
+            secret_file.unlink(missing_ok=True)
 
 
 NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
@@ -309,6 +401,7 @@ __all__ = [
     "MockOptions",
     "RunConfig",
     "SetupError",
+    "SlurmOptions",
     "execute",
     "replace",
     "run_simulated",

@@ -25,7 +25,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -50,6 +50,12 @@ EXIT_RELEASED = 0
 EXIT_USAGE = 2
 EXIT_MANAGER_GONE = 3
 EXIT_REFUSED = 4
+
+OUTSIDE_SIGNAL_GRACE_S = 1.0
+"""How long an attempt killed by a signal the worker did not send waits for the worker's own
+stop: a batch system stopping a job (scancel, time limit) signals every process of it at once,
+and the task may die before the worker hears of it."""
+_STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
 
 
 class OptionsError(ValueError):
@@ -248,6 +254,8 @@ class Agent:
         """Why the worker is leaving, once it is (it takes no new tasks then)."""
         self._channel: Channel | None = None
         self._released = False
+        self._left = asyncio.Event()
+        """Set once the worker is leaving."""
 
     async def serve(self) -> int:
         """Work until released (0), refused (4) or without a manager for too long (3)."""
@@ -283,6 +291,7 @@ class Agent:
         """Take no more tasks; leave once the running ones are done."""
         if self.leaving is None:
             self.leaving = reason
+            self._left.set()
             log.info("draining: %s", reason)
             if self._channel is not None:
                 self._channel.send("draining", reason=reason)
@@ -403,6 +412,8 @@ class Agent:
     async def _run(self, spec: AttemptSpec, cpus: frozenset[int] | None) -> None:
         try:
             result = await self.runner.run(spec, cpus)
+            if result.outcome is Outcome.FAILED and result.exit_code in _STOP_SIGNALS:
+                result = await self._stopped_with_worker(result)
         except Exception as e:
             log.exception("attempt %d of %s", spec.attempt, spec.task_id)
             result = lost(spec.task_id, spec.attempt, 0.0, f"worker error: {e!r}")
@@ -412,6 +423,16 @@ class Agent:
             del self.attempts[(spec.task_id, spec.attempt)]
         self._report(result)
         self._leave_if_idle()
+
+    async def _stopped_with_worker(self, result: AttemptResult) -> AttemptResult:
+        """An attempt killed from outside as its worker is stopped is lost, not failed: the
+        signal was meant for the whole job (cancelled, out of time), not for the task."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._left.wait(), OUTSIDE_SIGNAL_GRACE_S)
+        if self.leaving is None:
+            return result
+        why = f"[leadtime] killed with its worker ({self.leaving})\n"
+        return replace(result, outcome=Outcome.LOST, output_tail=why + result.output_tail)
 
     def _refused(self, spec: AttemptSpec) -> AttemptResult:
         a, free = spec.allocation, self.free

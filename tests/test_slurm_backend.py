@@ -364,3 +364,19 @@ async def test_lost_sbatch_answer_is_found_again_by_name(jobs, tmp_path, loss):
     await jobs.state(job_id, JobState.RUNNING)
     await jobs.backend.release(job_id)
     await jobs.state(job_id, JobState.COMPLETED)
+
+
+async def test_check_asks_slurm_and_queues_nothing(jobs):
+    await jobs.backend.check(jobs.request("fine", cores=4, memory_mb=2000, nodes=1))
+    for bad, option, words in (
+        (jobs.request("part", partition="no-such-partition"), "--partition", "invalid partition"),
+        (jobs.request("long", partition="short", time_limit_s=7200), "--time", "time limit"),
+        (jobs.request("extra", extra=("--frobnicate=3",)), "--frobnicate", "unrecognized"),
+        (jobs.request("wide", cores=4 * NODE_CPUS, nodes=1), "--cpus-per-task", "processors"),
+    ):
+        with pytest.raises(SubmitError) as rejected:
+            await jobs.backend.check(bad)
+        assert rejected.value.option == option
+        assert words in str(rejected.value).lower()
+    assert jobs.queued() == []
+    assert not any(jobs.backend.run_dir.iterdir())  # no job ran, so no output file

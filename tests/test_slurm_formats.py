@@ -142,16 +142,25 @@ def test_requests_sbatch_would_misread_are_refused(fields, option):
 # -- the batch script ---------------------------------------------------------------
 
 
-def run_script(tmp_path: Path, srun_status: int) -> tuple[int, list[str]]:
-    """Run the batch script with a stand-in srun that records its arguments."""
+def run_script(
+    tmp_path: Path, srun_status: int, end_time: str | None = None
+) -> tuple[int, list[str]]:
+    """Run the batch script of job 7 with stand-ins for srun (which records its arguments and
+    environment) and squeue; ``end_time`` is the job's ``SLURM_JOB_END_TIME``, if Slurm set it."""
     record = tmp_path / "srun-args"
     (tmp_path / "srun").write_text(
-        f'#!/bin/bash\nprintf "%s\\n" "$@" > {record}\necho "W=$W" >> {record}\n'
+        f'#!/bin/bash\nprintf "%s\\n" "$@" > {record}\n'
+        f'echo "W=$W" >> {record}\necho "END=$SLURM_JOB_END_TIME" >> {record}\n'
         f"exit {srun_status}\n"
     )
-    (tmp_path / "srun").chmod(0o755)
+    (tmp_path / "squeue").write_text(
+        '#!/bin/bash\n[[ "$*" == "--noheader --jobs=7 --format=%e" ]] && echo 2026-11-22T06:14:10\n'
+    )
+    for stand_in in ("srun", "squeue"):
+        (tmp_path / stand_in).chmod(0o755)
     script = batch_script("p", ["worker", "--manager", "h:1", "it's two words"], {"W": "a b'c"})
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_NUM_NODES": "3"}
+    env |= {"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": end_time or ""}
     done = subprocess.run(["bash", "-c", script], env=env, check=False)
     return done.returncode, record.read_text().splitlines()
 
@@ -169,7 +178,12 @@ def test_script_starts_one_whole_node_worker_per_node(tmp_path):
         "h:1",
         "it's two words",
         "W=a b'c",
+        f"END={local('2026-11-22T06:14:10'):.0f}",  # read from squeue: Slurm 22.05 sets none
     ]
+
+
+def test_script_keeps_the_end_time_slurm_gives(tmp_path):
+    assert run_script(tmp_path, 0, end_time="1795000000")[1][-1] == "END=1795000000"
 
 
 @pytest.mark.parametrize(("srun_status", "exit_status"), [(0, 0), (143, 0), (1, 1), (137, 137)])

@@ -349,6 +349,21 @@ async def test_shutdown_kills_running_tasks_as_lost(tmp_path):
         assert await cluster.agents[0] == 0
 
 
+async def test_a_task_killed_with_its_worker_is_lost_and_one_killed_alone_failed(tmp_path):
+    """The batch system stopping a job signals the task and the worker at once; the task may
+    die first. It is lost then, as if the worker had stopped it; a task killed alone failed."""
+    async with Cluster(tmp_path) as cluster:
+        agent, worker = await cluster.agent()
+        alone = await worker.run(spec("alone", "kill -TERM $$"))
+        assert (alone.outcome, alone.exit_code) == (Outcome.FAILED, -signal.SIGTERM)
+        with_worker = asyncio.create_task(worker.run(spec("job", "kill -TERM $$")))
+        await asyncio.sleep(0.3)  # the task is dead; the worker's own signal comes late
+        agent.shutdown("SIGTERM")
+        result = await with_worker
+        assert (result.outcome, result.exit_code) == (Outcome.LOST, -signal.SIGTERM)
+        assert "killed with its worker (SIGTERM)" in result.output_tail
+
+
 async def test_strangers_are_refused_and_the_run_goes_on(tmp_path):
     async with Cluster(tmp_path, handshake_timeout_s=1.0) as cluster:
         _, worker = await cluster.agent()

@@ -1,0 +1,500 @@
+"""Whole runs on the real Slurm of ``scripts/slurm-local up``: pilots are batch jobs whose
+workers connect back to the test's manager.
+
+Every run gets a fresh run id, so its jobs are named ``lt-<run id>-...``; the background jobs
+a test submits carry the same prefix, and whatever is left of it is cancelled at the end, pass
+or fail. The node declares 16 CPUs: a background job of 16 CPUs makes pilots queue.
+"""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator import clock
+from orchestrator.planner import Phase
+from orchestrator.session import RunConfig, SlurmOptions, execute
+from orchestrator.store import Store
+from orchestrator.waits import QueueWaits, geometry
+from workflows.spec import Workflow, loads
+
+pytestmark = pytest.mark.slurm
+
+NODE_CPUS = 16
+LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
+
+HOG = '''\
+"""hog.py STAGE INDEX MB:SECONDS ROOT: hold MB megabytes for SECONDS, then write a value
+computed from the stage before to ROOT/STAGE/INDEX."""
+import pathlib, sys, time
+
+stage, index, spec, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], pathlib.Path(sys.argv[4])
+mb, seconds = map(float, spec.split(":"))
+block = b"x" * int(mb * 2**20)
+if stage == "gen":
+    value = index + 1
+elif stage == "square":
+    value = int((root / "gen" / str(index % 4)).read_text()) ** 2
+else:
+    value = sum(int(p.read_text()) for p in (root / "square").iterdir())
+time.sleep(seconds)
+(root / stage).mkdir(exist_ok=True)
+(root / stage / str(index)).write_text(str(value))
+'''
+
+
+def sh(*args: str) -> str:
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+class Cluster:
+    """One test's view of the cluster: its run id, its background jobs, its cleanup."""
+
+    def __init__(self) -> None:
+        self.run_id = f"t{uuid.uuid4().hex[:10]}"
+        self.prefix = f"lt-{self.run_id}"
+
+    def background(self, seconds: int, cpus: int = NODE_CPUS) -> str:
+        """A plain ``sbatch --wrap`` job holding ``cpus`` CPUs for ``seconds``."""
+        out = sh(
+            "sbatch", "--parsable", f"--job-name={self.prefix}-load", "--output=/dev/null",
+            f"--ntasks={cpus}", "--mem-per-cpu=100", f"--wrap=sleep {seconds}",
+        )  # fmt: skip
+        return out.strip()
+
+    def jobs(self, states: str = "all") -> list[dict[str, str]]:
+        """This test's jobs slurmctld remembers: id, name, state, reason."""
+        lines = sh("squeue", "--noheader", f"--states={states}", "--format=%i|%j|%T|%r")
+        jobs = [
+            dict(zip(("id", "name", "state", "reason"), line.split("|"), strict=True))
+            for line in lines.splitlines()
+        ]
+        return [j for j in jobs if j["name"].startswith(self.prefix)]
+
+    def queued(self) -> list[dict[str, str]]:
+        """This test's jobs still pending, running or completing."""
+        return self.jobs("PENDING,RUNNING,COMPLETING")
+
+    def pilots(self) -> list[dict[str, str]]:
+        return [j for j in self.jobs() if not j["name"].endswith("-load")]
+
+    def clean(self) -> None:
+        ids = [j["id"] for j in self.queued()]
+        if ids:
+            subprocess.run(["scancel", *ids], check=False, timeout=60)
+
+
+@pytest.fixture
+def cluster():
+    cluster = Cluster()
+    yield cluster
+    cluster.clean()
+
+
+def hogs(root: Path, gen: str, square: str) -> Workflow:
+    """gen (4 tasks) -> square (6 tasks, reading gen) -> sum (1 task): real programs holding
+    memory for a second or so."""
+    (root / "hog.py").write_text(HOG)
+    command = f"{sys.executable} {root / 'hog.py'} {{stage}} {{index}} {{item}} {root}"
+    tasks = f'command = "{command}", cores = 1, disk = "20M"'
+    return loads(
+        textwrap.dedent(
+            f"""
+            name = "hogs"
+            [[stage]]
+            name = "gen"
+            allocation = {{ cores = 2, memory = "2G", time = "5m" }}
+            tasks = {{ {tasks}, items = {json.dumps([gen] * 4)} }}
+            [[stage]]
+            name = "square"
+            after = ["gen"]
+            allocation = {{ cores = 2, memory = "2G", time = "5m" }}
+            tasks = {{ {tasks}, items = {json.dumps([square] * 6)} }}
+            [[stage]]
+            name = "sum"
+            after = ["square"]
+            allocation = {{ cores = 1, memory = "1G", time = "5m" }}
+            tasks = {{ {tasks}, items = ["30:0.5"] }}
+            """
+        )
+    )
+
+
+def slurm_config(tmp_path: Path, strategy: str) -> RunConfig:
+    options = SlurmOptions(
+        workdir=tmp_path / "runs",
+        bind="127.0.0.1",
+        worker_args=FAST_SAMPLES,
+        heartbeat_s=0.5,
+        poll_interval_s=0.5,
+    )
+    return RunConfig(backend="slurm", strategy=strategy, slurm=options)
+
+
+async def run(workflow, config, store, cluster, observer=None):
+    summary = await execute(workflow, config, store, run_id=cluster.run_id, observer=observer)
+    rows = {
+        table: await store.rows(table, {"run_id": summary.run_id})
+        for table in ("pilots", "tasks", "attempts", "waits")
+    }
+    return summary, rows
+
+
+def check_outputs(root: Path) -> None:
+    values = {
+        stage: {p.name: int(p.read_text()) for p in (root / stage).iterdir()}
+        for stage in ("gen", "square", "sum")
+    }
+    assert values["gen"] == {str(i): i + 1 for i in range(4)}
+    assert values["square"] == {str(i): (i % 4 + 1) ** 2 for i in range(6)}
+    assert values["sum"] == {"0": sum(values["square"].values())}
+
+
+@pytest.mark.parametrize("strategy", ["per-stage", "asa"])
+def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
+    """Pilots queue behind a full node; ASA chains them with dependencies; the learner
+    learns the waits; tasks get sized allocations; nothing of the run is left queued."""
+    workflow = hogs(tmp_path, gen="60:1.5", square="80:1")
+    seen: dict[str, str] = {}
+    time_left: dict[str, float] = {}
+    capacity: dict[str, tuple[float, float]] = {}
+
+    def observer(engine):
+        """What each worker said of itself when it joined, and, while gen runs, what squeue
+        says of the pilot of the stage after it."""
+        for worker in engine.source.manager.workers.values():
+            time_left.setdefault(worker.id, worker.end_time - clock.now())
+            capacity[worker.pilot_id] = (worker.capacity.cores, worker.capacity.memory)
+        if seen or engine.stages["gen"].phase is not Phase.RUNNING:
+            return
+        square = [p for p in engine.pilots.values() if "square" in p.stages and p.job_id]
+        if square:
+            state = sh("squeue", "--noheader", "-j", square[0].job_id, "--format=%T %r")
+            seen["square"] = state.strip()
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            summary, rows = await run(
+                workflow, slurm_config(tmp_path, strategy), store, cluster, observer
+            )
+            learner = (await QueueWaits.load(store)).learner
+            return summary, rows, learner
+
+    cluster.background(seconds=6)
+    summary, rows, learner = clock.run(main(), virtual=False)
+
+    assert summary.status == "done", summary.error
+    check_outputs(tmp_path)
+    assert cluster.queued() == []
+    pilots = {p["pilot_id"]: p for p in rows["pilots"]}
+    assert [p.state for p in summary.pilots] == ["COMPLETED"] * 3
+    assert {j["name"] for j in cluster.pilots()} == {p["request"]["name"] for p in pilots.values()}
+    if strategy == "asa":
+        assert seen["square"] == "PENDING Dependency"
+        assert pilots["square-1"]["request"]["dependency"] == f"afterok:{pilots['gen-0']['job_id']}"
+    else:
+        assert "square" not in seen  # submitted only once gen is done
+        assert all(p["request"]["dependency"] is None for p in pilots.values())
+
+    # Every worker knew its share of the node and when its pilot ends (5 minutes after it
+    # started) from Slurm's environment.
+    assert len(time_left) == 3 and all(280 < t <= 300 for t in time_left.values()), time_left
+    sizes = {
+        p["job_id"]: (p["request"]["cores"], p["request"]["memory_mb"]) for p in rows["pilots"]
+    }
+    assert capacity == sizes
+
+    # The first pilot queued behind the background job; every wait was learned.
+    waits = {w["pilot_id"]: w["observed"] for w in rows["waits"]}
+    assert set(waits) == set(pilots)
+    assert waits["gen-0"] >= 3
+    for stage in workflow.stages:
+        stats = learner.stats(geometry(stage.allocation))
+        assert stats.observations >= 1 and stats.last_wait is not None
+
+    # Tasks ran with sized allocations: the whole worker during the sizer's cold start (the
+    # first tasks of a stage, before it learned from enough of them), a small part of it after.
+    attempts = sorted(rows["attempts"], key=lambda a: a["start_t"])
+    assert len([a for a in attempts if a["outcome"] == "success"]) == len(rows["tasks"]) == 11
+    for stage in workflow.stages:
+        worker = stage.allocation.memory_mb
+        mine = [a for a in attempts if a["task_id"].startswith(f"{stage.name}.")]
+        assert all(a["allocation"]["cores"] == 1 for a in mine)
+        assert all(a["peak"]["memory"] <= a["allocation"]["memory"] for a in mine
+                   if a["outcome"] == "success")  # fmt: skip
+        whole = [a["allocation"]["memory"] == worker for a in mine if a["attempt"] == 1]
+        assert whole == sorted(whole, reverse=True)  # once sized, never the whole worker again
+        sized = [a["allocation"]["memory"] for a in mine if a["allocation"]["memory"] < worker]
+        assert all(memory < worker / 4 for memory in sized)
+        if len(mine) >= 4:
+            assert not whole[-1]
+
+
+def gen_square(root: Path, gens: int, item: str, squares: int = 0) -> Workflow:
+    """Stage gen of ``gens`` tasks holding memory as ``item`` says, then (with ``squares``)
+    stage square of that many tasks reading gen's outputs."""
+    (root / "hog.py").write_text(HOG)
+    command = f"{sys.executable} {root / 'hog.py'} {{stage}} {{index}} {item} {root}"
+    text = """
+        name = "gen-square"
+        [[stage]]
+        name = "gen"
+        allocation = { cores = 2, memory = "2G", time = "5m" }
+        [stage.tasks]
+        command = "COMMAND"
+        count = GENS
+        cores = 1
+        memory = "200M"
+        disk = "20M"
+        """
+    if squares:
+        text += """
+        [[stage]]
+        name = "square"
+        after = ["gen"]
+        allocation = { cores = 1, memory = "1G", time = "5m" }
+        tasks = { command = "COMMAND", count = SQUARES, cores = 1, memory = "200M", disk = "20M" }
+        """
+    text = text.replace("COMMAND", command).replace("GENS", str(gens))
+    return loads(textwrap.dedent(text.replace("SQUARES", str(squares))))
+
+
+def test_a_pilot_cancelled_mid_stage_is_replaced_and_its_tasks_complete(tmp_path, cluster):
+    workflow = gen_square(tmp_path, gens=6, item="30:1.5")
+    cancelled: list[str] = []
+
+    def observer(engine):
+        running = [p for p in engine.pilots.values() if engine.pool.busy(p.pilot_id)]
+        if not cancelled and running:
+            cancelled.append(running[0].job_id)
+            sh("scancel", running[0].job_id)
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            return await run(
+                workflow, slurm_config(tmp_path, "per-stage"), store, cluster, observer
+            )
+
+    summary, rows = clock.run(main(), virtual=False)
+
+    assert summary.status == "done", summary.error
+    assert [p.state for p in summary.pilots] == ["CANCELLED", "COMPLETED"]
+    pilots = {p["job_id"]: p["pilot_id"] for p in rows["pilots"]}
+    assert cancelled[0] in pilots and len(pilots) == 2
+    replacement = next(p for j, p in pilots.items() if j != cancelled[0])
+    assert {t["state"] for t in rows["tasks"]} == {"done"} and len(rows["tasks"]) == 6
+    assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == [str(i) for i in range(6)]
+    for task in rows["tasks"]:
+        tries = [a for a in rows["attempts"] if a["task_id"] == task["task_id"]]
+        last = max(tries, key=lambda a: a["attempt"])
+        assert last["outcome"] == "success"
+        for earlier in tries[:-1]:  # cut short by the cancel: not the task's fault
+            assert earlier["outcome"] == "lost" and last["pilot_id"] == replacement
+    assert any(a["outcome"] == "lost" for a in rows["attempts"])
+    assert cluster.queued() == []
+
+
+def leadtime_run(tmp_path: Path, workflow: str, *options: str) -> subprocess.Popen:
+    (tmp_path / "wf.toml").write_text(textwrap.dedent(workflow))
+    command = [*LEADTIME, "run", str(tmp_path / "wf.toml"), "--backend", "slurm"]
+    command += ["--bind", "127.0.0.1", "--workdir", str(tmp_path / "work")]
+    command += ["--db", str(tmp_path / "db"), "--quiet", *options]
+    env = {**os.environ, "COLUMNS": "300"}  # rich wraps error messages to the terminal's width
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def run_jobs(tmp_path: Path) -> Cluster:
+    """The jobs of the one run started in ``tmp_path`` by the command line."""
+    cluster = Cluster()
+    (run_dir,) = (tmp_path / "work").iterdir()
+    cluster.run_id, cluster.prefix = run_dir.name, f"lt-{run_dir.name}"
+    return cluster
+
+
+def test_invalid_partition_stops_the_run_before_anything_is_queued(tmp_path):
+    run = leadtime_run(
+        tmp_path,
+        """
+        name = "bad"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "true", count = 1 }
+        [[stage]]
+        name = "b"
+        after = ["a"]
+        allocation = { cores = 1, time = "5m", partition = "no-such-partition" }
+        tasks = { command = "true", count = 1 }
+        """,
+    )
+    _, err = run.communicate(timeout=60)
+    jobs = run_jobs(tmp_path)
+    try:
+        assert run.returncode == 2, err
+        assert "the batch system refused a pilot" in err
+        assert "invalid partition" in err.lower() and "(--partition)" in err
+        assert "Traceback" not in err
+        assert jobs.jobs() == []  # not even the valid first stage's pilot
+        assert not (tmp_path / "work" / jobs.run_id / "secret").exists()
+    finally:
+        jobs.clean()
+
+
+def test_an_unknown_sbatch_option_is_named_before_anything_is_queued(tmp_path):
+    run = leadtime_run(
+        tmp_path,
+        """
+        name = "tiny"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "true", count = 1 }
+        """,
+        "--sbatch-option=--frobnicate=3",
+    )
+    _, err = run.communicate(timeout=60)
+    jobs = run_jobs(tmp_path)
+    try:
+        assert run.returncode == 2, err
+        assert "unrecognized option '--frobnicate=3'" in err and "(--frobnicate)" in err
+        assert jobs.jobs() == []
+    finally:
+        jobs.clean()
+
+
+def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
+    run = leadtime_run(
+        tmp_path,
+        """
+        name = "long"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "sleep 120", count = 1, cores = 1, memory = "50M", disk = "1M" }
+        [[stage]]
+        name = "b"
+        after = ["a"]
+        allocation = { cores = 1, time = "5m" }
+        tasks = { command = "true", count = 1, cores = 1, memory = "50M", disk = "1M" }
+        """,
+        "--strategy",
+        "asa",
+    )
+    jobs = None
+    try:
+        for _ in range(300):  # the task starts within seconds
+            if jobs is None and (tmp_path / "work").exists() and any((tmp_path / "work").iterdir()):
+                jobs = run_jobs(tmp_path)
+            if jobs and subprocess.run(["pgrep", "-f", "^sleep 120$"], check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        assert jobs is not None
+        states = {j["name"].rsplit("-", 2)[1]: j["state"] for j in jobs.queued()}
+        assert states == {"a": "RUNNING", "b": "PENDING"}
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 130 and "interrupted" in err, err
+        assert jobs.queued() == []
+        final = {j["name"].rsplit("-", 2)[1]: j["state"] for j in jobs.jobs()}
+        assert final == {"a": "COMPLETED", "b": "CANCELLED"}
+        assert subprocess.run(["pgrep", "-f", "^sleep 120$"], check=False).returncode == 1
+    finally:
+        run.kill()
+        if jobs is not None:
+            jobs.clean()
+
+
+@pytest.mark.slow
+def test_a_controller_outage_mid_run_is_waited_out_without_duplicate_pilots(
+    tmp_path, cluster, slurm_local, caplog
+):
+    """slurmctld stops for 30 s while the first stage runs: its tasks go on (workers talk to
+    the manager, not to Slurm); the next stage's pilot, due during the outage, is submitted
+    once when the controller is back."""
+    workflow = gen_square(tmp_path, gens=4, item="30:2", squares=1)
+    outage: list[threading.Thread] = []
+
+    def stop_for_30_s() -> None:
+        sh(slurm_local, "stop-ctld")
+        try:
+            time.sleep(30)
+        finally:
+            sh(slurm_local, "start-ctld")
+
+    def observer(engine):
+        if not outage and engine.stages["gen"].phase is Phase.RUNNING:
+            outage.append(threading.Thread(target=stop_for_30_s))
+            outage[0].start()
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            return await run(
+                workflow, slurm_config(tmp_path, "per-stage"), store, cluster, observer
+            )
+
+    caplog.set_level(logging.WARNING, logger="backends.slurm")
+    try:
+        summary, rows = clock.run(main(), virtual=False)
+    finally:
+        for thread in outage:
+            thread.join()
+
+    assert summary.status == "done", summary.error
+    assert "Unable to contact slurm controller" in caplog.text
+    gen_end = max(a["end_t"] for a in rows["attempts"] if a["task_id"].startswith("gen."))
+    pilots = {p["pilot_id"]: p for p in rows["pilots"]}
+    assert set(pilots) == {"gen-0", "square-1"}
+    assert pilots["square-1"]["submit_t"] < gen_end + 1 < pilots["square-1"]["start_t"] - 20
+    names = sorted(j["name"] for j in cluster.pilots())
+    assert names == sorted(p["request"]["name"] for p in pilots.values())  # each job once
+    assert [p.state for p in summary.pilots] == ["COMPLETED", "COMPLETED"]
+    assert {t["state"] for t in rows["tasks"]} == {"done"} and len(rows["tasks"]) == 5
+    assert cluster.queued() == []
+
+
+def test_the_secret_reaches_workers_only_through_a_private_file(tmp_path, cluster):
+    workflow = gen_square(tmp_path, gens=2, item="20:1")
+    secret_file = tmp_path / "runs" / cluster.run_id / "secret"
+    looked: dict[str, object] = {}
+
+    def observer(engine):
+        workers = list(engine.source.manager.workers.values())
+        if looked or not workers:
+            return
+        secret = engine.source.manager.secret.hex()
+        (pilot,) = engine.pilots.values()
+        looked["mode"] = secret_file.stat().st_mode & 0o777
+        looked["file"] = secret_file.read_text().strip() == secret
+        looked["script"] = sh("scontrol", "write", "batch_script", pilot.job_id, "-")
+        looked["comment"] = sh("squeue", "--noheader", "-j", pilot.job_id, "--format=%j|%k")
+        proc = Path(f"/proc/{workers[0].pid}")
+        looked["worker"] = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        looked["secret"] = secret
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            config = slurm_config(tmp_path, "per-stage")
+            return await run(workflow, config, store, cluster, observer)
+
+    summary, _ = clock.run(main(), virtual=False)
+
+    assert summary.status == "done", summary.error
+    assert looked["mode"] == 0o600 and looked["file"]
+    assert f"--secret-file {secret_file}" in looked["script"]
+    assert looked["secret"] not in looked["script"]
+    assert looked["secret"].encode() not in looked["worker"]
+    run_id = cluster.run_id
+    assert looked["comment"].strip() == f"lt-{run_id}-gen-0|leadtime run={run_id} pilot=gen-0"
+    assert not secret_file.exists()  # removed with the run
