@@ -104,7 +104,12 @@ def test_sandbox_names_are_safe_and_distinct():
     assert not sandbox_name("..", 0).startswith(".")
 
 
-async def test_templated_parameters_reach_the_task_verbatim(runner, tmp_path):
+async def test_templated_parameters_reach_the_task_verbatim(tmp_path):
+    # Sandboxes kept: an injected `touch pwned` would leave its file in the task's sandbox (and
+    # no removal runs in the background while the test looks).
+    environ = {**os.environ, protocol.SECRET_ENV: SECRET.hex()}
+    config = RunnerConfig(root=tmp_path / "sb", keep_sandboxes="always")
+    runner = Runner(config, Monitor(FAST), environ=environ)
     hostile = ["x y; touch pwned", "$(touch pwned)", "`touch pwned`", 'it\'s "quoted"', "a\nb", ""]
     values = {f"p{i}": v for i, v in enumerate(hostile)}
     template = "printf '%s\\0' " + " ".join(f"{{p{i}}}" for i in range(len(hostile)))
