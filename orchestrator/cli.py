@@ -103,6 +103,14 @@ WaitEstimate = Annotated[
         "sample (the learner's draw) or a quantile such as 0.75."
     ),
 ]
+Share = Annotated[bool, typer.Option(help="Tasks may use any pilot with room (the unified pool).")]
+IdleCancel = Annotated[
+    float,
+    typer.Option(
+        "--idle-cancel",
+        help="asa-naive: cancel and resubmit a pilot that would idle longer than this (s).",
+    ),
+]
 Offset = Annotated[float | None, typer.Option(help="Mock trace offset in seconds from its start.")]
 
 
@@ -122,6 +130,12 @@ def _sizer(name: str | None) -> dict[str, str]:
     except ValueError as e:
         fail(f"--sizer: {e}")
     return {"sizer": name}
+
+
+def _idle_cancel(seconds: float) -> float:
+    if not seconds > 0:
+        fail(f"--idle-cancel {seconds:g}: expected a positive number of seconds")
+    return seconds
 
 
 def _wait_estimate(text: str) -> str:
@@ -199,6 +213,8 @@ def run(
     ] = DEFAULT_POLICY,
     learn_by: LearnBy = ALL_FIELDS,
     wait_estimate: WaitEstimate = "auto",
+    share: Share = True,
+    idle_cancel: IdleCancel = 600.0,
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -247,6 +263,8 @@ def run(
         policy=policy,
         learn_by=_learn_by(learn_by),
         wait_estimate=_wait_estimate(wait_estimate),
+        share=share,
+        idle_cancel_s=_idle_cancel(idle_cancel),
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
         local=LocalOptions(workdir=workdir, bind=bind or "127.0.0.1", oversubscribe=oversubscribe),
         slurm=SlurmOptions(workdir=workdir, bind=bind, sbatch_options=tuple(sbatch_option or ())),
@@ -376,9 +394,8 @@ def compare(
     gap: Annotated[
         float, typer.Option(help="Seconds of trace between the cells of a run's sequence.")
     ] = 3600.0,
-    share: Annotated[
-        bool, typer.Option(help="Tasks may use any pilot with room (the unified pool).")
-    ] = True,
+    share: Share = True,
+    idle_cancel: IdleCancel = 600.0,
     seed: Seed = 0,
     db: Annotated[
         Path | None,
@@ -404,6 +421,7 @@ def compare(
         learn_by=_learn_by(learn_by),
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
+        idle_cancel_s=_idle_cancel(idle_cancel),
         mock=_mock(trace, load_, trace_load, cluster, priority, None, seed),
         **_sizer(sizer),
     )

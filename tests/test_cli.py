@@ -1,0 +1,82 @@
+"""The command line on the simulated cluster: outputs, JSON keys, and clean errors."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from workflows.spec import example
+
+BLAST = str(example("blast"))
+
+
+@pytest.fixture
+def cli(tmp_path):
+    runner = CliRunner()
+    db = str(tmp_path / "store.db")
+
+    def invoke(*args: str):
+        return runner.invoke(app, [*args, "--db", db] if args[0] != "validate" else list(args))
+
+    return invoke
+
+
+def test_run_json_has_the_run_s_figures_and_each_stage_s(cli):
+    done = cli("run", BLAST, "--json", "--strategy", "per-stage", "--scale", "28")
+    assert done.exit_code == 0, done.output
+    summary = json.loads(done.output)
+    assert summary["status"] == "done"
+    assert {"makespan_s", "twt_s", "core_hours"} <= set(summary)
+    assert [s["name"] for s in summary["stages"]] == ["search", "merge"]
+    for stage in summary["stages"]:
+        assert {"submit_s", "start_s", "end_s", "wait_s"} <= set(stage)
+        assert stage["end_s"] >= stage["start_s"] >= stage["submit_s"]
+
+
+def test_status_lists_the_runs_of_the_store(cli):
+    cli("run", BLAST, "--quiet", "--strategy", "bigjob")
+    listed = cli("status")
+    assert listed.exit_code == 0
+    assert "blast" in listed.output and "bigjob" in listed.output and "done" in listed.output
+
+
+def test_compare_json_rows(cli):
+    done = cli(
+        "compare", BLAST, "--strategies", "per-stage,asa", "--scales", "28",
+        "--runs", "1", "--load", "0.5", "--json", "--quiet",
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    rows = json.loads(done.output)
+    assert [r["strategy"] for r in rows] == ["per-stage", "asa"]
+    keys = {"workflow", "scale", "strategy", "twt_s", "makespan_s", "core_hours", "pwt_s"}
+    assert all(keys | {"oh_core_hours", "hit_ratio"} <= set(r) for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sizer", "ksegments+nope"], "--sizer: unknown companion 'nope' of 'ksegments'"),
+        (["--sizer", "greedy+exhaust"], "'greedy' sizes every resource"),
+        (["--idle-cancel", "0"], "--idle-cancel 0: expected a positive number of seconds"),
+        (["--strategy", "fastest"], "fastest"),
+        (["--wait-estimate", "1.5"], "--wait-estimate 1.5"),
+    ],
+)
+def test_bad_options_are_one_line_errors_with_exit_code_2(cli, args, message):
+    done = cli("run", BLAST, "--quiet", *args)
+    assert done.exit_code == 2
+    assert message in " ".join(done.output.split())
+    assert "Traceback" not in done.output
+
+
+def test_validate_names_the_file_line_and_field(tmp_path, cli):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "w"\n[[stage]]\nname = "a"\ntasks = { command = "true", count = 2 }\n'
+        'allocation = { cores = "many" }\n'
+    )
+    done = cli("validate", str(bad))
+    assert done.exit_code == 2
+    text = "".join(done.output.split())  # rich wraps long lines
+    assert f"{bad}:5:" in text and "stage.a.allocation.cores" in text
