@@ -11,6 +11,7 @@ import time
 
 import psutil
 import pytest
+from programs import HOG, hog_value
 
 from learners.resources import Resources
 from orchestrator import clock, protocol
@@ -20,26 +21,6 @@ from workflows.spec import loads
 
 LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
-
-HOG = '''\
-"""hog.py STAGE INDEX MB:SECONDS ROOT: hold MB megabytes for SECONDS, write a value and the
-process's own peak RSS (MB) to ROOT/STAGE/INDEX."""
-import pathlib, resource, sys, time
-
-stage, index, spec, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], pathlib.Path(sys.argv[4])
-mb, seconds = map(float, spec.split(":"))
-block = b"x" * int(mb * 2**20)
-if stage == "gen":
-    value = index + 1
-elif stage == "square":
-    value = int((root / "gen" / str(index % 4)).read_text().split()[0]) ** 2
-else:
-    value = sum(int(p.read_text().split()[0]) for p in (root / "square").iterdir())
-time.sleep(seconds)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-(root / stage).mkdir(exist_ok=True)
-(root / stage / str(index)).write_text(f"{value} {peak:.1f}\\n")
-'''
 
 SQUARES = {"40:0.5": 40, "45:0.5": 45, "120:0.6": 120, "160:0.6": 160, "250:0.6": 250}
 
@@ -120,7 +101,7 @@ def test_three_stages_of_real_programs_sized_killed_retried_and_done(tmp_path):
 
     # The outputs: each stage read the one before.
     values = {
-        stage: {p.name: int(p.read_text().split()[0]) for p in (tmp_path / stage).iterdir()}
+        stage: {p.name: hog_value(p.read_text()) for p in (tmp_path / stage).iterdir()}
         for stage in ("gen", "square", "sum")
     }
     assert values["gen"] == {str(i): i + 1 for i in range(4)}

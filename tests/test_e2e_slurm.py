@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from programs import HOG, hog_value
 
 from orchestrator import clock
 from orchestrator.planner import Phase
@@ -32,25 +33,6 @@ pytestmark = pytest.mark.slurm
 NODE_CPUS = 16
 LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
-
-HOG = '''\
-"""hog.py STAGE INDEX MB:SECONDS ROOT: hold MB megabytes for SECONDS, then write a value
-computed from the stage before to ROOT/STAGE/INDEX."""
-import pathlib, sys, time
-
-stage, index, spec, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], pathlib.Path(sys.argv[4])
-mb, seconds = map(float, spec.split(":"))
-block = b"x" * int(mb * 2**20)
-if stage == "gen":
-    value = index + 1
-elif stage == "square":
-    value = int((root / "gen" / str(index % 4)).read_text()) ** 2
-else:
-    value = sum(int(p.read_text()) for p in (root / "square").iterdir())
-time.sleep(seconds)
-(root / stage).mkdir(exist_ok=True)
-(root / stage / str(index)).write_text(str(value))
-'''
 
 
 def sh(*args: str) -> str:
@@ -152,7 +134,7 @@ async def run(workflow, config, store, cluster, observer=None):
 
 def check_outputs(root: Path) -> None:
     values = {
-        stage: {p.name: int(p.read_text()) for p in (root / stage).iterdir()}
+        stage: {p.name: hog_value(p.read_text()) for p in (root / stage).iterdir()}
         for stage in ("gen", "square", "sum")
     }
     assert values["gen"] == {str(i): i + 1 for i in range(4)}
