@@ -29,9 +29,11 @@ from typing import TypeVar
 from backends.base import JobInfo, JobState, PilotRequest, SubmitError
 from backends.slurm_jobs import (
     JobRecord,
+    NodeSize,
     SlurmOutputError,
     SlurmReportedError,
     parse_scontrol,
+    parse_sinfo_nodes,
     parse_squeue_json,
 )
 from backends.slurm_script import batch_script, rejection, sbatch_arguments
@@ -79,6 +81,7 @@ class SlurmCommands:
     squeue: str = "squeue"
     scontrol: str = "scontrol"
     scancel: str = "scancel"
+    sinfo: str = "sinfo"
     timeout_s: float = 60.0
 
 
@@ -227,6 +230,16 @@ class SlurmBackend:
         oldest first: finds a pilot submitted by a manager that died before storing its id."""
         records = await self._retrying("list jobs", self._squeue)
         return [r.job_id for r in self._matching(records, name, comment)]
+
+    async def node_size(self, partitions: set[str | None]) -> NodeSize | None:
+        """The largest node of ``partitions`` (None: the default partition), by sinfo: the
+        size a stage's workers are planned with before any has arrived."""
+
+        async def ask() -> NodeSize | None:
+            out = await self._run(self.commands.sinfo, "-h", "-o", "%P %c %m %d")
+            return parse_sinfo_nodes(out, partitions)
+
+        return await self._retrying("list partitions", ask)
 
     # -- submission ----------------------------------------------------------------------
 

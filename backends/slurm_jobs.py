@@ -225,3 +225,33 @@ def _local_time(text: str) -> float | None:
     if text in _UNSET:
         return None
     return datetime.fromisoformat(text).timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSize:
+    """The largest node of some partitions: CPUs, memory (MB) and local disk (MB, 0 unknown)."""
+
+    cpus: int
+    memory_mb: int
+    tmp_disk_mb: int
+
+
+def parse_sinfo_nodes(out: str, partitions: set[str | None]) -> NodeSize | None:
+    """The largest node, field by field, of ``partitions`` (None: the default one) in the
+    output of ``sinfo -h -o "%P %c %m %d"``; None when no line names one of them."""
+    sizes = []
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) != 4:
+            continue
+        name, *numbers = fields
+        default = name.endswith("*")
+        if name.rstrip("*") not in partitions and not (default and None in partitions):
+            continue
+        try:  # a "+" marks a partition whose nodes differ: the number is their smallest
+            sizes.append([int(n.rstrip("+")) for n in numbers])
+        except ValueError:
+            raise SlurmOutputError(f"sinfo line {line!r}: expected CPUs, memory and disk") from None
+    if not sizes:
+        return None
+    return NodeSize(*(max(column) for column in zip(*sizes, strict=True)))

@@ -222,6 +222,8 @@ async def _execute(
         node = _node(mock.cluster)
     elif isinstance(backend, LocalBackend):
         node = backend.node
+    elif isinstance(backend, SlurmBackend):
+        node = await _slurm_node(backend, workflow)
     else:
         node = NODE
     if workers is None:
@@ -377,6 +379,15 @@ async def slurm_pilots(
 
 NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
 """A node as large as any stage may ask, when the backend does not say."""
+
+
+async def _slurm_node(backend: SlurmBackend, workflow: Workflow) -> Resources:
+    """The largest node of the partitions the workflow's stages ask for, as sinfo tells it
+    (:data:`NODE` where it cannot: a guess the workers that arrive correct)."""
+    size = await backend.node_size({s.allocation.partition for s in workflow.stages})
+    if size is None:
+        return NODE
+    return Resources(size.cpus, float(size.memory_mb), float(size.tmp_disk_mb or NODE.disk))
 
 
 def _node(cluster: ClusterSpec) -> Resources:

@@ -380,3 +380,9 @@ async def test_check_asks_slurm_and_queues_nothing(jobs):
         assert words in str(rejected.value).lower()
     assert jobs.queued() == []
     assert not any(jobs.backend.run_dir.iterdir())  # no job ran, so no output file
+
+
+async def test_node_size_is_the_largest_node_of_the_partitions(jobs):
+    size = await jobs.backend.node_size({None, "short"})
+    assert (size.cpus, size.memory_mb) == (NODE_CPUS, 32000)  # scripts/slurm-local's node
+    assert await jobs.backend.node_size({"no-such-partition"}) is None

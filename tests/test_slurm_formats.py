@@ -14,9 +14,11 @@ import pytest
 
 from backends.base import Dependency, JobState, NodeShare, PilotRequest, SubmitError
 from backends.slurm_jobs import (
+    NodeSize,
     SlurmOutputError,
     SlurmReportedError,
     parse_scontrol,
+    parse_sinfo_nodes,
     parse_squeue_json,
 )
 from backends.slurm_script import batch_script, node_share_from_env, rejection, sbatch_arguments
@@ -372,3 +374,18 @@ def test_node_share_from_srun_environment():
     assert node_share_from_env(step) == NodeShare("n3", 4, 0)
     with pytest.raises(ValueError, match="SLURM_CPUS_ON_NODE"):
         node_share_from_env({"SLURMD_NODENAME": "n3"})
+
+
+SINFO = "debug* 16 32000 0\nshort 32+ 64000 100000\nbig 64 256000+ 0\n"
+
+
+def test_sinfo_gives_the_largest_node_of_the_partitions_asked():
+    assert parse_sinfo_nodes(SINFO, {None}) == NodeSize(16, 32000, 0)
+    assert parse_sinfo_nodes(SINFO, {None, "short"}) == NodeSize(32, 64000, 100000)
+    assert parse_sinfo_nodes(SINFO, {"big", "short"}) == NodeSize(64, 256000, 100000)
+    assert parse_sinfo_nodes(SINFO, {"gpu"}) is None
+
+
+def test_sinfo_output_of_another_shape_is_an_error():
+    with pytest.raises(SlurmOutputError, match="expected CPUs, memory and disk"):
+        parse_sinfo_nodes("debug* 16 lots 0\n", {None})
