@@ -66,11 +66,6 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._holds -= 1
 
 
-def is_virtual() -> bool:
-    """True when the running loop is on virtual time."""
-    return isinstance(asyncio.get_running_loop(), VirtualTimeLoop)
-
-
 def now() -> float:
     """Seconds on the running loop's clock (virtual or monotonic)."""
     return asyncio.get_running_loop().time()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from workflows.spec import Allocation, Workflow
+from workflows.spec import Allocation
 
 
 class Phase(StrEnum):
@@ -357,13 +357,3 @@ def make_planner(
             raise ValueError("strategy oracle needs the simulator's true waits (--backend mock)")
         return Oracle(lambda _: (0.0, None), true_wait=true_wait)
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-
-
-def workflow_views(workflow: Workflow) -> dict[str, StageView]:
-    """Initial views: roots ready, the rest waiting."""
-    return {
-        s.name: StageView(
-            s.name, s.after, s.allocation, Phase.READY if not s.after else Phase.WAITING
-        )
-        for s in workflow.stages
-    }
