@@ -154,8 +154,7 @@ class SlurmBackend:
     # -- the protocol ------------------------------------------------------------------
 
     async def submit(self, request: PilotRequest) -> str:
-        args = sbatch_arguments(request, self.run_dir, self.sbatch_options)
-        script = batch_script(request.name, self.worker_command, self.worker_env)
+        args, script = self._job(request)
         key = (request.name, request.comment)
         if key in self._submitting:
             raise SubmitError(f"pilot {request.name!r} is being submitted already", "--job-name")
@@ -172,16 +171,10 @@ class SlurmBackend:
 
     async def check(self, request: PilotRequest) -> None:
         """Slurm's own verdict on ``request`` (``sbatch --test-only``): nothing is queued."""
-        args = sbatch_arguments(request, self.run_dir, self.sbatch_options)
-        script = batch_script(request.name, self.worker_command, self.worker_env)
-
-        async def attempt() -> None:
-            try:
-                await self._run(self.commands.sbatch, "--test-only", *args, stdin=script)
-            except _CommandFailed as e:
-                raise rejection(str(e), args) from None
-
-        await self._retrying(f"check {request.name}", attempt)
+        args, script = self._job(request)
+        await self._retrying(
+            f"check {request.name}", lambda: self._sbatch(args, script, "--test-only")
+        )
 
     async def cancel(self, job_id: str) -> None:
         await self._retrying(f"cancel job {job_id}", lambda: self._scancel(job_id))
@@ -254,11 +247,7 @@ class SlurmBackend:
                 if found is not None:
                     return found
             answer_lost = True
-            try:
-                out = await self._run(self.commands.sbatch, *args, stdin=script)
-            except _CommandFailed as e:
-                raise rejection(str(e), args) from None
-            return _parsable_job_id(out)
+            return _parsable_job_id(await self._sbatch(args, script))
 
         return await self._retrying(f"submit {request.name}", attempt)
 
@@ -357,6 +346,18 @@ class SlurmBackend:
         return record
 
     # -- the commands ----------------------------------------------------------------------
+
+    def _job(self, request: PilotRequest) -> tuple[list[str], str]:
+        """sbatch's arguments and the batch script of ``request``'s pilot."""
+        args = sbatch_arguments(request, self.run_dir, self.sbatch_options)
+        return args, batch_script(request.name, self.worker_command, self.worker_env)
+
+    async def _sbatch(self, args: list[str], script: str, *flags: str) -> str:
+        """Run sbatch; a refusal becomes a :class:`SubmitError` naming the option."""
+        try:
+            return await self._run(self.commands.sbatch, *flags, *args, stdin=script)
+        except _CommandFailed as e:
+            raise rejection(str(e), args) from None
 
     async def _squeue(self) -> dict[str, JobRecord]:
         out = await self._run(self.commands.squeue, "--json")
