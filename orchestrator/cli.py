@@ -342,10 +342,7 @@ def status(
     """List the runs in the store, or show one."""
 
     async def main():
-        path = db or default_path()
-        if not path.exists():
-            fail(f"no store at {path}")
-        async with await Store.open(path) as store:
+        async with await _existing_store(db) as store:
             if run_id is None:
                 return await store.rows("runs", order="created")
             return await store.rows("runs", {"run_id": run_id})
@@ -358,6 +355,14 @@ def status(
             f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
             f"{row['status']:<8} {row.get('error') or ''}"
         )
+
+
+async def _existing_store(db: Path | None) -> Store:
+    """The store at ``db`` (or the default one), which must exist: reading creates no store."""
+    path = db or default_path()
+    if not path.exists():
+        fail(f"no store at {path}")
+    return await Store.open(path)
 
 
 def _csv(text: str, what: str) -> list[str]:
@@ -512,10 +517,7 @@ def learner_show(
     """The learned wait distribution per geometry: top alternatives, observations, hit rate."""
 
     async def main():
-        path = db or default_path()
-        if not path.exists():
-            fail(f"no store at {path}")
-        async with await Store.open(path) as store:
+        async with await _existing_store(db) as store:
             return await QueueWaits.load(store, key=_learn_by(learn_by))
 
     learner = clock.run(main(), virtual=False).learner

@@ -17,7 +17,7 @@ def cli(tmp_path):
     db = str(tmp_path / "store.db")
 
     def invoke(*args: str):
-        return runner.invoke(app, [*args, "--db", db] if args[0] != "validate" else list(args))
+        return runner.invoke(app, [*args, "--db", db])
 
     return invoke
 
@@ -70,13 +70,13 @@ def test_bad_options_are_one_line_errors_with_exit_code_2(cli, args, message):
     assert "Traceback" not in done.output
 
 
-def test_validate_names_the_file_line_and_field(tmp_path, cli):
+def test_validate_names_the_file_line_and_field(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text(
         'name = "w"\n[[stage]]\nname = "a"\ntasks = { command = "true", count = 2 }\n'
         'allocation = { cores = "many" }\n'
     )
-    done = cli("validate", str(bad))
+    done = CliRunner().invoke(app, ["validate", str(bad)])
     assert done.exit_code == 2
     text = "".join(done.output.split())  # rich wraps long lines
     assert f"{bad}:5:" in text and "stage.a.allocation.cores" in text
