@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 from programs import HOG, hog_value
+from strangers import intrude
 
-from learners.resources import Resources
 from orchestrator import clock, protocol
 from orchestrator.session import LocalOptions, RunConfig, execute
 from orchestrator.store import Store
@@ -56,23 +56,6 @@ def three_stages(root) -> str:
 def local_config(tmp_path, strategy="asa", **kw) -> RunConfig:
     options = LocalOptions(workdir=tmp_path / "runs", worker_args=FAST_SAMPLES, heartbeat_s=0.5)
     return RunConfig(backend="local", strategy=strategy, local=options, **kw)
-
-
-async def intrude(address) -> None:
-    """A client without the run's secret, one sending random bytes, one an oversized frame."""
-    reader, writer = await asyncio.open_connection(*address)
-    with pytest.raises(protocol.AuthError):
-        await protocol.offer(
-            protocol.Channel(reader, writer),
-            bytes(32),
-            protocol.Registration("intruder", "", "x", 1, Resources(1, 1, 1), None),
-        )
-    writer.close()
-    for payload in (os.urandom(4096), (protocol.MAX_FRAME * 4).to_bytes(4, "big")):
-        reader, writer = await asyncio.open_connection(*address)
-        writer.write(payload)
-        assert await asyncio.wait_for(reader.read(), 5) == b""
-        writer.close()
 
 
 def test_three_stages_of_real_programs_sized_killed_retried_and_done(tmp_path):

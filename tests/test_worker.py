@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from strangers import intrude
 
 from learners.resources import Resources
 from orchestrator import clock, protocol, taskrun
@@ -375,25 +376,7 @@ async def test_strangers_are_refused_and_the_run_goes_on(tmp_path):
         running = asyncio.create_task(worker.run(spec("during", "sleep 0.5")))
         host, port = cluster.manager.address
 
-        # 1. a client without the run's secret
-        reader, writer = await asyncio.open_connection(host, port)
-        with pytest.raises(protocol.AuthError):
-            await protocol.offer(
-                protocol.Channel(reader, writer),
-                bytes(32),
-                protocol.Registration("intruder", "", "x", 1, Resources(1, 1, 1), None),
-            )
-        writer.close()
-        # 2. random bytes
-        reader, writer = await asyncio.open_connection(host, port)
-        writer.write(os.urandom(4096))
-        assert await asyncio.wait_for(reader.read(), 2) == b""
-        writer.close()
-        # 3. an oversized frame (header only: the manager must not wait for the body)
-        reader, writer = await asyncio.open_connection(host, port)
-        writer.write((protocol.MAX_FRAME * 4).to_bytes(4, "big"))
-        assert await asyncio.wait_for(reader.read(), 2) == b""
-        writer.close()
+        await intrude((host, port), timeout=2)
 
         assert (await running).outcome is Outcome.SUCCESS
         assert (await worker.run(spec("after", "true"))).outcome is Outcome.SUCCESS
