@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workflows.datasets import DataNotFound, data_file
+from workflows.datasets import DataNotFound
 
 #: The 18 SWF fields in file order; times in seconds, memory in KB per processor.
 FIELDS: tuple[tuple[str, type], ...] = (
@@ -41,12 +41,13 @@ FIELDS: tuple[tuple[str, type], ...] = (
 )
 DTYPE = np.dtype([(name, kind) for name, kind in FIELDS])
 
-#: Traces shipped in the shared data directory, by short name.
-KNOWN_TRACES = {
-    "HPC2N": "swf/HPC2N-2002-2.2-cln.swf.gz",
-    "KTH": "swf/KTH-SP2-1996-2.1-cln.swf.gz",
-    "CTC": "swf/CTC-SP2-1996-3.1-cln.swf.gz",
+#: The queue logs shipped with leadtime (``backends/traces``, see its NOTICE), by short name.
+BUILTIN_TRACES = {
+    "HPC2N": "HPC2N-2002-2.2-cln.swf.gz",
+    "KTH": "KTH-SP2-1996-2.1-cln.swf.gz",
+    "CTC": "CTC-SP2-1996-3.1-cln.swf.gz",
 }
+TRACES_DIR = Path(__file__).resolve().parent / "traces"
 
 _HEADER_LINE = re.compile(rb"^\s*;\s*([A-Za-z][A-Za-z0-9]*)\s*:\s*(.*?)\s*$")
 _LEADING_INT = re.compile(r"^\s*(-?\d+)")
@@ -132,13 +133,13 @@ class SwfTrace:
 
 
 def trace_path(trace: str | Path) -> Path:
-    """A known trace name (HPC2N, KTH, CTC; any case) or a path to an SWF file."""
-    known = KNOWN_TRACES.get(str(trace).upper())
-    if known is not None:
-        return data_file(known)
+    """A built-in trace's name (HPC2N, KTH, CTC; any case) or a path to an SWF file."""
+    builtin = BUILTIN_TRACES.get(str(trace).upper())
+    if builtin is not None:
+        return TRACES_DIR / builtin
     path = Path(trace)
     if not path.is_file():
-        names = ", ".join(KNOWN_TRACES)
+        names = ", ".join(BUILTIN_TRACES)
         raise DataNotFound(f"trace {str(trace)!r} is neither one of {names} nor an existing file")
     return path
 

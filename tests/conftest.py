@@ -12,11 +12,17 @@ _slurm_down: list[str] = []  # why the local Slurm is not usable, once checked
 
 @pytest.fixture(scope="session")
 def data():
-    """The shared traces directory (``../shared/data``)."""
+    """The directory of the large task traces (``../shared/data`` or ``$LEADTIME_DATA``).
+
+    A clone with nothing beside it has none: the tests that need them are skipped, with the
+    reason, except under CI, which always has them.
+    """
     try:
         return data_dir()
     except DataNotFound as e:
-        pytest.fail(str(e))
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs the trace data: {e}")
+        pytest.skip(f"needs the trace data: {e}")
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from backends.swf import SwfError, load_trace, read_swf, trace_path
+from backends.swf import TRACES_DIR, SwfError, load_trace, read_swf, trace_path
 from workflows.datasets import DataNotFound
 
 HEADER = """\
@@ -102,9 +102,12 @@ def test_unreadable_files(tmp_path):
         read_swf(bad)
 
 
-def test_trace_names_resolve_to_the_shared_files(data):
-    assert trace_path("hpc2n") == data / "swf" / "HPC2N-2002-2.2-cln.swf.gz"
-    assert trace_path(data / "swf" / "KTH-SP2-1996-2.1-cln.swf.gz").name.startswith("KTH")
+def test_trace_names_resolve_to_the_files_shipped_with_the_package(tmp_path):
+    assert trace_path("hpc2n") == TRACES_DIR / "HPC2N-2002-2.2-cln.swf.gz"
+    assert trace_path("hpc2n").is_file()
+    own = tmp_path / "own.swf"
+    own.write_text("1 0 0 10 1 -1 -1 1 60 -1 1 1 1 1 1 1 -1 -1\n")
+    assert trace_path(own) == own
     with pytest.raises(DataNotFound, match="neither one of HPC2N, KTH, CTC"):
         trace_path("NOPE")
 

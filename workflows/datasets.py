@@ -1,4 +1,6 @@
-"""Where the shared traces live: ``$LEADTIME_DATA``, else ``../shared/data`` beside the checkout."""
+"""Where the task and queue traces for tests and benchmarks live: ``$LEADTIME_DATA``, else
+``../shared/data`` beside the checkout. leadtime itself needs none of them: the queue logs behind
+``--trace HPC2N|KTH|CTC`` ship with the package (``backends/traces``)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ def data_dir() -> Path:
     """The directory holding ``swf/``, ``ipdps2024/``, ``nfcore/`` ..."""
     candidates = [Path(p) for p in [os.environ.get("LEADTIME_DATA")] if p]
     candidates += [_CHECKOUT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    candidates = list(dict.fromkeys(p.resolve() for p in candidates))
     for path in candidates:
         if path.is_dir():
             return path
     tried = ", ".join(str(p) for p in candidates)
-    raise DataNotFound(f"shared data not found (tried {tried}); set LEADTIME_DATA")
+    raise DataNotFound(f"trace data not found (tried {tried}); set LEADTIME_DATA")
 
 
 def data_file(relative: str) -> Path:
