@@ -20,6 +20,11 @@ from workflows import quantity
 
 WEEK = 7 * 86400.0
 
+REPLAY_NODE = (28, 128 * 1024)
+"""Cores and memory (MB) of a node of the cluster a trace is replayed on by default: HPC2N's
+Kebnekaise nodes, on which the ASA paper (Souza et al.) ran its experiments. The logs' own
+machines had nodes of one to two processors, too small for a stage's pilot."""
+
 
 @dataclass(frozen=True)
 class ClusterSpec:
@@ -56,6 +61,16 @@ class ClusterSpec:
     def node_names(self) -> list[str]:
         width = len(str(self.nodes))
         return [f"{self.node_prefix}{i:0{width}d}" for i in range(1, self.nodes + 1)]
+
+    @classmethod
+    def holding(cls, procs: int) -> ClusterSpec:
+        """The fewest :data:`REPLAY_NODE` nodes that hold ``procs`` processors."""
+        cores, memory_mb = REPLAY_NODE
+        return cls(
+            nodes=max(1, math.ceil(procs / cores)),
+            cores_per_node=cores,
+            memory_per_node_mb=memory_mb,
+        )
 
     def scaled(self, factor: int) -> ClusterSpec:
         """``factor`` times as many nodes of the same kind."""
@@ -208,7 +223,10 @@ class TraceReplay:
         return cls(trace if isinstance(trace, SwfTrace) else load_trace(trace), **options)
 
     def default_cluster(self) -> ClusterSpec:
-        return ClusterSpec.for_trace(self.trace).scaled(self.scale)
+        """Nodes of 28 cores and 128 GB holding the log's processors (:meth:`ClusterSpec.holding`),
+        ``scale`` times as many: the stages of a workflow fit, and the log's jobs keep their
+        processor counts."""
+        return ClusterSpec.holding(self.trace.max_procs()).scaled(self.scale)
 
     def origin(self) -> float:
         """The trace time (seconds since UnixStartTime) at which the workflow starts."""

@@ -7,11 +7,13 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from backends.base import SubmitError
@@ -20,9 +22,12 @@ from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
-from orchestrator import clock
+from orchestrator import clock, human
+from orchestrator import worker as agent
+from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
-from orchestrator.dashboard import Dashboard
+from orchestrator.dashboard import live_view
+from orchestrator.engine import Refused
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import compare_tables, run_table, strategies_table
 from orchestrator.session import (
@@ -37,18 +42,38 @@ from orchestrator.session import (
 )
 from orchestrator.store import Store, default_path
 from orchestrator.waits import DEFAULT_POLICY, POLICIES, QueueWaits
-from orchestrator.worker import main as worker_main
 from workflows.sizing_bench import bench_sizing, format_sizing_table, sizing_rows
 from workflows.spec import SpecError, Workflow, example, load
 from workflows.traces import TraceError
 
-app = typer.Typer(
-    add_completion=False,
+app = App(
     no_args_is_help=True,
     help="Staged workflows on Slurm: right-sized pilots per stage, submitted ahead of time.",
 )
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
+
+
+def _version(show: bool) -> None:
+    if show:
+        try:
+            out.print(f"leadtime {version('leadtime')}", highlight=False)
+        except PackageNotFoundError:
+            out.print("leadtime (not installed: no version)", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print leadtime's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Staged workflows on Slurm: right-sized pilots per stage, submitted ahead of time."""
+
 
 Db = Annotated[Path | None, typer.Option("--db", help="Store file (default: XDG data dir).")]
 Seed = Annotated[int, typer.Option(help="Seed of every random draw (background load, tasks).")]
@@ -58,7 +83,8 @@ Scale = Annotated[
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print ``message`` (literally: it may quote the user's text) and exit with ``code``."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -290,13 +316,15 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
         async with await Store.open(db) as store:
             if not dashboard:
                 return await execute(workflow, config, store)
-            with Dashboard(out) as view:
+            with live_view(out) as view:
                 return await execute(workflow, config, store, observer=view)
 
     try:
         return clock.run(main(), virtual=not real)
     except (KeyboardInterrupt, asyncio.CancelledError):
         fail("interrupted: the run's pilots were released", code=130)
+    except Refused as e:
+        fail(str(e))
     except SubmitError as e:
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
     except SetupError as e:
@@ -305,25 +333,20 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
         fail(f"Slurm: {e}")
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def worker(ctx: typer.Context) -> None:
-    """The agent a pilot runs: `leadtime worker --manager HOST:PORT ...` (see --help)."""
-    raise typer.Exit(worker_main(ctx.args))
+app.command("worker")(agent.command)
 
 
-DEMO_MOCK = MockOptions(trace="HPC2N", cluster=ClusterSpec.parse("9x28:128G"), offset=68_493_283.0)
-"""A replay of HPC2N's queue at a busy moment (2004-07-01), on nodes of 28 cores."""
+DEMO_MOCK = MockOptions(trace="HPC2N", cluster=ClusterSpec.parse("9x28:128G"), offset=67_522_001.0)
+"""HPC2N's queue as replayed on 9 nodes of 28 cores from 16 September 2004, 19:10 UTC on: busy
+enough that pilots wait an hour or more, not days."""
 
 
 @app.command()
 def demo(
     db: Db = None,
 ) -> None:
-    """The demo workflow on a simulated cluster replaying HPC2N's queue: big job, per-stage
-    and ASA side by side."""
+    """The demo workflow on a simulated cluster replaying HPC2N's queue: one big job, a pilot
+    per stage, and ASA side by side."""
     workflow = load_workflow(example("demo"), None)
     summaries = []
     for strategy in ("bigjob", "per-stage", "asa"):
@@ -332,6 +355,12 @@ def demo(
         summaries.append(_run(workflow, config, db, dashboard=show))
     out.print(run_table(summaries[-1]))
     out.print(strategies_table(summaries))
+    out.print(
+        "bigjob holds the widest stage's cores from start to end; per-stage asks for each "
+        "stage's cores when it is ready and queues again each time; asa submits each stage "
+        "ahead by the wait it predicts: about bigjob's makespan at per-stage's core-hours.",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -409,7 +438,7 @@ def compare(
     json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
     quiet: Annotated[bool, typer.Option(help="No live dashboard per run.")] = False,
 ) -> None:
-    """Run strategies side by side under identical conditions; print seed 004's Table 1."""
+    """Run strategies side by side under identical conditions (Table 1 of the ASA paper)."""
     if backend != "mock":
         fail("compare needs --backend mock: only a simulated queue replays identically")
     chosen = [_choice(s, STRATEGIES, "strategy") for s in _csv(strategies, "strategies")]
@@ -441,12 +470,14 @@ def compare(
                 runs,
                 config,
                 store,
-                observer_for=(lambda *_: Dashboard(out)) if live else None,
+                observer_for=(lambda *_: live_view(out)) if live else None,
                 gap_s=gap,
             )
 
     try:
         rows = clock.run(main(), virtual=True)
+    except Refused as e:
+        fail(str(e))
     except SubmitError as e:
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
     if json_:
@@ -456,13 +487,13 @@ def compare(
         out.print(table)
 
 
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that need no cluster.")
+bench_app = App(no_args_is_help=True, help="Benchmarks that need no cluster.")
 app.add_typer(bench_app, name="bench")
 
 
 @bench_app.command("sizing")
 def bench_sizing_command(
-    trace: Annotated[Path, typer.Option(help="A task trace (see ../shared/data/MANIFEST.md).")],
+    trace: Annotated[Path, typer.Option(help="A task trace (formats: docs/traces.md).")],
     sizer: Annotated[str, typer.Option(help="Comma-separated sizers (see `leadtime sizers`).")],
     workers: Annotated[int, typer.Option(min=1, help="Simulated workers.")] = 20,
     worker_cores: Annotated[float, typer.Option(help="Cores per worker.")] = 16,
@@ -501,7 +532,7 @@ def sizers() -> None:
     )
 
 
-learner_app = typer.Typer(no_args_is_help=True, help="The queue-wait learner in the store.")
+learner_app = App(no_args_is_help=True, help="The queue-wait learner in the store.")
 app.add_typer(learner_app, name="learner")
 
 
@@ -534,13 +565,13 @@ def learner_show(
         except (KeyError, ValueError):
             fail(f"no waits learned for geometry {g}")
         table = Table(title=f"geometry {g}", title_justify="left")
-        for column in ("wait s", "probability", "cases scored", "mean loss"):
+        for column in ("wait", "probability", "cases scored", "mean loss"):
             table.add_column(column, justify="right")
         for a in alternatives:
             loss = "-" if a.mean_loss is None else f"{a.mean_loss:.2f}"
-            table.add_row(f"{a.value:,.0f}", f"{a.probability:.3f}", str(a.tried), loss)
+            table.add_row(human.duration(a.value), f"{a.probability:.3f}", str(a.tried), loss)
         hit = "-" if stats.hit_rate is None else f"{stats.hit_rate:.0%}"
-        last = "-" if stats.last_wait is None else f"{stats.last_wait:,.0f} s"
+        last = human.duration(stats.last_wait)
         table.caption = (
             f"{stats.observations} waits observed, {stats.rounds} rounds, "
             f"hit rate {hit} over the last {stats.recent} predictions, last wait {last}"
@@ -549,4 +580,8 @@ def learner_show(
 
 
 def main() -> None:
-    app()
+    app(prog_name="leadtime")
+
+
+if __name__ == "__main__":
+    main()

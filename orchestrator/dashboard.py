@@ -1,13 +1,14 @@
-"""A rich live view of a run: stages, pilots, and the planner's last decisions.
+"""What a person sees of a run while it goes on.
 
-The engine calls the dashboard after each of its passes; the dashboard
-redraws at most ``max_hz`` times per *real* second, so a simulated day of
-events costs a handful of redraws, not one per event.
+On a terminal, a rich live view of stages, pilots and the planner's last decisions; the engine
+calls it after each of its passes and it redraws at most ``max_hz`` times per *real* second,
+so a simulated day of events costs a handful of redraws, not one per event. Elsewhere (a pipe,
+a file, a batch job's output), a log: each decision once, as a line, when it is taken.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -16,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import clock
+from orchestrator.human import duration, offset
 
 if TYPE_CHECKING:
     from orchestrator.engine import Engine
@@ -29,16 +31,12 @@ PHASE_STYLE = {
 }
 
 
-def _t(seconds: float | None) -> str:
-    return "" if seconds is None else f"{seconds:,.0f}"
-
-
 def render(engine: Engine) -> Group:
     """The whole view of ``engine`` as it is now."""
     head = Text.assemble(
         ("leadtime ", "bold"),
         f"{engine.workflow.name} · {engine.options.strategy} · {engine.backend.name} · ",
-        (f"t+{engine.now():,.0f} s", "bold"),
+        (offset(engine.now()), "bold"),
         f" · run {engine.run_id}",
     )
     stages = Table(title="stages", title_justify="left", expand=True, box=None)
@@ -53,9 +51,9 @@ def render(engine: Engine) -> Group:
             Text(str(s.phase), style=PHASE_STYLE[str(s.phase)]),
             f"{s.done}/{total}",
             ProgressBar(total=max(total, 1), completed=s.done, width=30),
-            _t(s.ready_t),
-            _t(s.start_t),
-            _t(s.end_t),
+            offset(s.ready_t),
+            offset(s.start_t),
+            offset(s.end_t),
         )
     pilots = Table(title="pilots", title_justify="left", expand=True, box=None)
     for column in ("pilot", "job", "cores", "state", "submitted", "predicted wait", "wait"):
@@ -73,12 +71,31 @@ def render(engine: Engine) -> Group:
             p.job_id or "",
             str(p.request.cores),
             state,
-            f"t+{p.submit_t:,.0f}",
-            _t(p.predicted_wait),
-            _t(wait),
+            offset(p.submit_t),
+            "" if p.predicted_wait is None else duration(p.predicted_wait),
+            "" if wait is None else duration(wait),
         )
-    notes = Text("\n".join(f"t+{t:,.0f}  {text}" for t, text in list(engine.notes)[-6:]))
+    notes = Text("\n".join(_line(t, text) for t, text in list(engine.notes)[-6:]))
     return Group(head, stages, pilots, Text("decisions", style="bold"), notes)
+
+
+def _line(t: float, text: str) -> str:
+    return f"{offset(t)}  {text}"
+
+
+class View(Protocol):
+    """A run's live view: called after every pass of the engine, closed when the run ends."""
+
+    def __enter__(self) -> View: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def __call__(self, engine: Engine) -> None: ...
+
+
+def live_view(console: Console) -> View:
+    """The dashboard on a terminal, the decision log anywhere else."""
+    return Dashboard(console) if console.is_terminal else DecisionLog(console)
 
 
 class Dashboard:
@@ -108,3 +125,23 @@ class Dashboard:
             self._last = now
             self.frames += 1
             self._live.update(render(engine), refresh=True)
+
+
+class DecisionLog:
+    """Prints each decision of the engine once, as a line, when it is taken."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._printed = 0
+
+    def __enter__(self) -> DecisionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._console.print()
+
+    def __call__(self, engine: Engine) -> None:
+        fresh = min(engine.notes_total - self._printed, len(engine.notes))
+        for t, text in list(engine.notes)[len(engine.notes) - fresh :]:
+            self._console.print(_line(t, text), highlight=False, markup=False)
+        self._printed = engine.notes_total

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest
+from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest, SubmitError
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
-from orchestrator import clock
+from orchestrator import clock, human
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
@@ -29,6 +29,10 @@ from orchestrator.pool import Pool, Slot, Worker
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
 from workflows.spec import Allocation, Stage, Task, Workflow
+
+
+class Refused(SubmitError):
+    """A pilot the run needs would be refused: the run stops before anything is submitted."""
 
 
 class WaitLearner(Protocol):
@@ -158,6 +162,10 @@ class Engine:
         """Every pilot by each name its workers may give: the engine's id, the job's name
         and its job id."""
         self.notes: deque[tuple[float, str]] = deque(maxlen=50)
+        self.notes_total = 0
+        """Notes taken since the start (``notes`` keeps the last 50)."""
+        self._standing: frozenset[str] = frozenset()
+        """The planner's notes of the last pass: repeated ones are not noted again."""
         self.status = "running"
         self.error: str | None = None
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -243,7 +251,9 @@ class Engine:
         plan = self.planner.decide(self.now(), self._stage_views(), self._pilot_views())
         self._wake = None if plan.wake_at is None else plan.wake_at + self._t0
         for note in plan.notes:
-            self._note(note)
+            if note not in self._standing:
+                self._note(note)
+        self._standing = frozenset(plan.notes)
         if plan.actions:  # written before submitting; anything else goes with the placements
             await self.store.flush()
         if self.learner is not None:
@@ -430,8 +440,18 @@ class Engine:
     async def _preflight(self) -> None:
         """Ask the backend about every pilot the planner may submit, before submitting any."""
         views = [self._stage_view_now(s) for s in self.stages.values()]
-        for i, alloc in enumerate(self.planner.allocations(views)):
-            await self.backend.check(self._request(f"check-{i}", alloc, ()))
+        for i, pilot in enumerate(self.planner.allocations(views)):
+            try:
+                await self.backend.check(self._request(f"check-{i}", pilot.allocation, ()))
+            except SubmitError as e:
+                source = f"{self.workflow.source}: " if self.workflow.source else ""
+                culprit = f" ({e.option})" if e.option else ""
+                raise Refused(
+                    f"{source}stage {', '.join(pilot.stages)}: the batch system refused a pilot "
+                    f"of {human.allocation(pilot.allocation)} in a test submission: {e}{culprit}; "
+                    "nothing was submitted",
+                    e.option,
+                ) from e
 
     async def _submit(self, action: Submit) -> None:
         alloc = action.allocation
@@ -722,6 +742,7 @@ class Engine:
 
     def _note(self, text: str) -> None:
         self.notes.append((self.now(), text))
+        self.notes_total += 1
 
     def _rel(self, t: float | None) -> float | None:
         return None if t is None else t - self._t0

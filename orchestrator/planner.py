@@ -7,7 +7,7 @@ submissions and cancellations, plus the time it next wants to be asked.
 - ``bigjob``: one pilot as large as the largest stage, for the whole workflow.
 - ``per-stage``: a stage's pilot is submitted when the stage becomes ready.
 - ``asa``: stage y's pilot is submitted at forecast_end(y-1) - predicted_wait(y)
-  with ``afterok`` on the pilots of the stages it waits for (seed 004).
+  with ``afterok`` on the pilots of the stages it waits for (ASA, Souza et al.).
 - ``asa-naive``: the same without a dependency; an early pilot that would idle
   longer than a threshold is cancelled and submitted again.
 - ``oracle``: like ``asa``, but the wait is the simulator's true answer.
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
+from orchestrator.human import duration, offset
 from workflows.spec import Allocation
 
 
@@ -92,16 +93,16 @@ class Planner(Protocol):
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
     ) -> Plan: ...
 
-    def allocations(self, stages: Sequence[StageView]) -> list[Allocation]:
-        """Every allocation it may submit, for the backend to check before the run starts."""
+    def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
+        """Every pilot it may submit, for the backend to check before the run starts."""
         ...
 
 
 class _StageAllocations:
     """Planners that submit each stage's own allocation."""
 
-    def allocations(self, stages: Sequence[StageView]) -> list[Allocation]:
-        return [v.allocation for v in stages]
+    def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
+        return [Submit((v.name,), v.allocation) for v in stages]
 
 
 def _unserved(stages: Mapping[str, StageView], pilots: Sequence[PilotView]) -> list[StageView]:
@@ -129,8 +130,11 @@ class BigJob:
 
     name = "bigjob"
 
-    def allocations(self, stages: Sequence[StageView]) -> list[Allocation]:
-        return [big_allocation([v.allocation for v in stages], _longest_path(stages))]
+    def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
+        names = tuple(v.name for v in stages)
+        return [
+            Submit(names, big_allocation([v.allocation for v in stages], _longest_path(stages)))
+        ]
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
@@ -182,7 +186,7 @@ WaitPredictor = Callable[[Allocation], tuple[float, Any]]
 
 @dataclass
 class Asa(_StageAllocations):
-    """Proactive submission at forecast_end(after) - predicted_wait (seed 004).
+    """Proactive submission at forecast_end(after) - predicted_wait (ASA, Souza et al.).
 
     Each stage's prediction is drawn once and kept until its pilot is
     submitted. Without a dependency (``asa-naive``), a pilot that started early
@@ -229,7 +233,7 @@ class Asa(_StageAllocations):
             wait, prediction = self._prediction(view, now)
             actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
             notes.append(
-                f"stage {view.name}: predicted wait {wait:,.0f} s, submitting now"
+                f"stage {view.name}: predicted wait {duration(wait)}, submitting now"
                 + (" after " + ", ".join(after) if after else "")
             )
             self._predictions.pop(view.name, None)
@@ -237,7 +241,7 @@ class Asa(_StageAllocations):
             if now < at - DUE:
                 wait = self._prediction(stages[name], now)[0]
                 notes.append(
-                    f"stage {name}: predicted wait {wait:,.0f} s, submitting at t+{at:,.0f} s"
+                    f"stage {name}: predicted wait {duration(wait)}, submitting at {offset(at)}"
                 )
         return Plan(
             tuple(actions), min((w for w in wake if w > now + DUE), default=None), tuple(notes)
@@ -281,7 +285,7 @@ class Asa(_StageAllocations):
             if known and min(known) - now > self.idle_cancel_s:
                 idle = min(known) - now
                 cancels.append(
-                    Cancel(pilot.pilot_id, f"started early, would idle {idle:,.0f} s: cancelled")
+                    Cancel(pilot.pilot_id, f"started early, would idle {duration(idle)}: cancelled")
                 )
                 for v in views:
                     self._predictions[v.name] = (pilot.wait or 0.0, None)

@@ -8,15 +8,13 @@ import numpy as np
 from rich.table import Table
 
 from orchestrator.compare import Row, normalised
+from orchestrator.human import duration, offset
 from orchestrator.summary import RunSummary
 
 
-def _s(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:,.0f}"
-
-
 def run_table(summary: RunSummary) -> Table:
-    """Per stage: when it was ready, submitted, started and ended, and what it waited."""
+    """Per stage: when it was ready, submitted, started and ended (from the run's start), and
+    what it waited."""
     table = Table(
         title=f"{summary.workflow} · {summary.strategy} · {summary.status} · run {summary.run_id}",
         title_justify="left",
@@ -28,15 +26,15 @@ def run_table(summary: RunSummary) -> Table:
             s.name,
             str(s.tasks),
             str(s.attempts),
-            _s(s.ready_t),
-            _s(s.submit_t),
-            _s(s.start_t),
-            _s(s.end_t),
-            _s(s.wait),
+            offset(s.ready_t),
+            offset(s.submit_t),
+            offset(s.start_t),
+            offset(s.end_t),
+            duration(s.wait),
         )
     table.caption = (
-        f"makespan {summary.makespan_s:,.0f} s · TWT {summary.twt_s:,.0f} s · "
-        f"PWT {summary.pwt_s:,.0f} s · {summary.core_hours:,.2f} core-hours · "
+        f"makespan {duration(summary.makespan_s)} · TWT {duration(summary.twt_s)} · "
+        f"PWT {duration(summary.pwt_s)} · {summary.core_hours:,.2f} core-hours · "
         f"OH {summary.oh_core_hours:,.2f} core-hours"
         + ("" if summary.hit_ratio is None else f" · hit ratio {summary.hit_ratio:.0%}")
     )
@@ -47,11 +45,15 @@ def run_table(summary: RunSummary) -> Table:
 def strategies_table(summaries: Sequence[RunSummary]) -> Table:
     """One workflow run by several strategies on the same cluster."""
     table = Table(title="the same workflow, the same queue", title_justify="left")
-    for column in ("strategy", "makespan s", "waited s", "core-hours", "pilots"):
+    for column in ("strategy", "makespan", "waited", "core-hours", "pilots"):
         table.add_column(column, justify="left" if column == "strategy" else "right")
     for s in summaries:
         table.add_row(
-            s.strategy, _s(s.makespan_s), _s(s.pwt_s), f"{s.core_hours:,.2f}", str(len(s.pilots))
+            s.strategy,
+            duration(s.makespan_s),
+            duration(s.pwt_s),
+            f"{s.core_hours:,.2f}",
+            str(len(s.pilots)),
         )
     return table
 
@@ -62,9 +64,9 @@ def _pct(ratio: float) -> str:
 
 
 def compare_tables(rows: Sequence[Row]) -> list[Table]:
-    """Seed 004's Table 1: figures per workflow and scale, then normalised averages."""
+    """Figures per workflow and scale, then normalised averages (Table 1 of the ASA paper)."""
     figures = Table(title="per workflow and scale (means over the runs)", title_justify="left")
-    for column in ("workflow", "cores", "strategy", "TWT s", "makespan s", "CH", "PWT s", "OH CH"):
+    for column in ("workflow", "cores", "strategy", "TWT", "makespan", "CH", "PWT", "OH CH"):
         figures.add_column(
             column, justify="left" if column in ("workflow", "strategy") else "right"
         )
@@ -78,10 +80,10 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
             r.workflow,
             str(r.scale),
             r.strategy + (f" ({r.failed} failed)" if r.failed else ""),
-            _s(r.twt_s),
-            _s(r.makespan_s),
+            duration(r.twt_s),
+            duration(r.makespan_s),
             f"{r.core_hours:,.1f}",
-            _s(r.pwt_s),
+            duration(r.pwt_s),
             f"{r.oh_core_hours:,.2f}",
             "-" if r.hit_ratio is None else f"{r.hit_ratio:.0%}",
         )

@@ -13,7 +13,6 @@ before). If the manager vanishes, the worker kills its running attempts
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -27,12 +26,15 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated
 
 import psutil
+import typer
 
 from learners.resources import PACKED, Resources
 from orchestrator import clock, protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.command import App
 from orchestrator.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
 from orchestrator.protocol import (
     AuthError,
@@ -482,52 +484,100 @@ async def serve(options: WorkerOptions) -> int:
             loop.remove_signal_handler(sig)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="leadtime worker",
-        allow_abbrev=False,
-        description="Run tasks for a leadtime manager. The run's secret comes from "
-        f"--secret-file or ${protocol.SECRET_ENV}, never from the command line.",
-    )
-    p.add_argument("--manager", required=True, help="HOST:PORT of the manager")
-    p.add_argument("--secret-file", type=Path, help="file (mode 600) holding the run's secret")
-    p.add_argument(
-        "--root",
-        type=Path,
-        help="directory for task sandboxes (default: $SLURM_TMPDIR, $TMPDIR or /tmp, "
-        "under leadtime-WORKER_ID)",
-    )
-    p.add_argument("--worker-id", help="default: HOSTNAME-PID")
-    p.add_argument("--pilot-id", help="default: $SLURM_JOB_ID")
-    p.add_argument("--cores", type=float, help="default: $SLURM_CPUS_ON_NODE or usable CPUs")
-    p.add_argument("--memory", type=float, help="MB; default: $SLURM_MEM_PER_NODE or available")
-    p.add_argument("--disk", type=float, help="MB; default: free space under --root")
-    p.add_argument("--end-time", type=float, help="Unix time the pilot ends")
-    p.add_argument("--time-limit", type=float, help="seconds from the job's start to its end")
-    p.add_argument("--connect-timeout", type=float, default=120.0)
-    p.add_argument("--drain-margin", type=float, default=60.0)
-    p.add_argument("--keep-sandboxes", choices=("never", "failure", "always"), default="failure")
-    p.add_argument("--sample-interval", type=float, default=1.0)
-    p.add_argument("--first-sample", type=float, default=0.1)
-    p.add_argument("--no-cgroups", dest="cgroups", action="store_false")
-    p.add_argument("--log-level", default="INFO")
-    return p
+def command(
+    manager: Annotated[str, typer.Option(metavar="HOST:PORT", help="The manager's address.")],
+    secret_file: Annotated[
+        Path | None, typer.Option(help="File (mode 600) holding the run's secret.")
+    ] = None,
+    root: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory for task sandboxes (default: $SLURM_TMPDIR, $TMPDIR or /tmp, "
+            "under leadtime-WORKER_ID)."
+        ),
+    ] = None,
+    worker_id: Annotated[str | None, typer.Option(help="Default: HOSTNAME-PID.")] = None,
+    pilot_id: Annotated[str | None, typer.Option(help="Default: $SLURM_JOB_ID.")] = None,
+    cores: Annotated[
+        float | None, typer.Option(help="Default: $SLURM_CPUS_ON_NODE or the usable CPUs.")
+    ] = None,
+    memory: Annotated[
+        float | None, typer.Option(help="MB; default: $SLURM_MEM_PER_NODE or what is available.")
+    ] = None,
+    disk: Annotated[
+        float | None, typer.Option(help="MB; default: free space under --root.")
+    ] = None,
+    end_time: Annotated[
+        float | None, typer.Option(help="Unix time at which the pilot ends.")
+    ] = None,
+    time_limit: Annotated[
+        float | None, typer.Option(help="Seconds from the job's start to its end.")
+    ] = None,
+    connect_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for a manager before giving up.")
+    ] = 120.0,
+    drain_margin: Annotated[
+        float, typer.Option(help="Stop taking tasks this many seconds before the pilot ends.")
+    ] = 60.0,
+    keep_sandboxes: Annotated[
+        str, typer.Option(metavar="never|failure|always", help="Which attempts' sandboxes to keep.")
+    ] = "failure",
+    sample_interval: Annotated[
+        float, typer.Option(help="Seconds between two samples of a task's resource use.")
+    ] = 1.0,
+    first_sample: Annotated[float, typer.Option(help="Seconds to a task's first sample.")] = 0.1,
+    cgroups: Annotated[
+        bool, typer.Option(help="Use a cgroup v2 memory limit per task where one is delegated.")
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Run tasks for a leadtime manager: the agent a pilot starts on each of its nodes.
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = vars(_parser().parse_args(argv))
-    level = args.pop("log_level").upper()
+    The run's secret comes from --secret-file or $LEADTIME_SECRET, never from the command line.
+    """
+    level = log_level.upper()
     logging.basicConfig(
         level=level if level in logging.getLevelNamesMapping() else "INFO",
         format="%(asctime)s leadtime-worker[%(process)d] %(levelname)s %(message)s",
     )
     try:
-        options = make_options(**args)
+        options = make_options(
+            manager,
+            secret_file=secret_file,
+            root=root,
+            worker_id=worker_id,
+            pilot_id=pilot_id,
+            cores=cores,
+            memory=memory,
+            disk=disk,
+            end_time=end_time,
+            time_limit=time_limit,
+            connect_timeout=connect_timeout,
+            drain_margin=drain_margin,
+            keep_sandboxes=keep_sandboxes,  # type: ignore[arg-type]
+            sample_interval=sample_interval,
+            first_sample=first_sample,
+            cgroups=cgroups,
+        )
     except OptionsError as e:
         print(f"leadtime worker: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        raise typer.Exit(EXIT_USAGE) from None
+    code = EXIT_RELEASED
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(serve(options))
+        code = asyncio.run(serve(options))
+    raise typer.Exit(code)
+
+
+app = App(add_completion=False)
+app.command(name="worker")(command)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``leadtime worker`` with ``argv``; its exit code."""
+    try:
+        app(args=list(argv) if argv is not None else None, prog_name="leadtime worker")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
     return EXIT_RELEASED
 
 

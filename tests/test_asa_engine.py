@@ -138,7 +138,7 @@ def test_the_dashboard_shows_stages_pilots_and_decisions():
     text = "\n".join(frames)
     assert "first" in text and "second" in text
     assert "pending (Dependency)" in text
-    assert "stage second: predicted wait 600 s, submitting at t+400 s" in text
+    assert "stage second: predicted wait 10 min, submitting at t+6 min 40 s" in text
     assert "28/28" in frames[-1]
 
 

@@ -64,7 +64,7 @@ def test_asa_submits_at_forecast_end_minus_the_predicted_wait_with_a_dependency(
     pilots = [PilotView("s0-0", ("s0",), True, True)]
     early = asa.decide(600.0, stages, pilots)
     assert submits(early) == [] and early.wake_at == 700.0
-    assert "stage s1: predicted wait 300 s, submitting at t+700 s" in early.notes
+    assert "stage s1: predicted wait 5 min, submitting at t+11 min 40 s" in early.notes
     (submit,) = submits(asa.decide(700.0, stages, pilots))
     assert submit.after == ("s0-0",) and submit.predicted_wait == 300 and submit.prediction == "p"
 

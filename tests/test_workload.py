@@ -30,6 +30,14 @@ def test_cluster_from_trace_header(tmp_path):
     assert ClusterSpec.for_trace(t) == ClusterSpec(64, 1)  # no MaxNodes: one-core nodes
 
 
+def test_a_replay_runs_on_nodes_of_28_cores_holding_the_logs_processors(tmp_path):
+    assert TraceReplay.of("HPC2N").default_cluster() == ClusterSpec(9, 28, 128 * 1024)  # 240
+    assert TraceReplay.of("KTH").default_cluster().nodes == 4  # 100 processors
+    assert TraceReplay.of("CTC").default_cluster().nodes == 13  # 338 processors
+    t = trace(tmp_path, {"MaxProcs": 28}, [job(1, 0, 10, 4, 60)])
+    assert TraceReplay.of(t).default_cluster() == ClusterSpec(1, 28, 128 * 1024)
+
+
 def test_stream_from_trace_cleans_unknowns_and_impossible_jobs(tmp_path):
     rows = [
         job(1, 0, 100, 4, 60),  # ran past its limit: cut to 60
@@ -86,7 +94,7 @@ def test_rotated_copies_keep_every_job_and_the_span():
     pairs = sorted(zip(copies.cores.tolist(), copies.run.tolist(), strict=True))
     assert pairs == sorted(2 * list(zip([1, 2, 3, 4], [5.0, 6.0, 7.0, 8.0], strict=True)))
     replay = TraceReplay.of("KTH", scale=3)
-    assert replay.default_cluster().total_cores == 300
+    assert replay.default_cluster() == TraceReplay.of("KTH").default_cluster().scaled(3)
 
 
 def test_synthetic_load_is_seeded_and_meets_its_utilisation():

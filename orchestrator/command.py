@@ -1,0 +1,61 @@
+"""The typer app every ``leadtime`` command is built on.
+
+Two conventions over typer's defaults, in one place: ``-h`` works as well as ``--help``, and
+help shows what a value is as a word (``NUMBER``, ``PATH``, an argument's name), never a
+Python type such as ``<bool>``; a flag shows none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
+
+HELP = {"help_option_names": ["-h", "--help"]}
+
+_WORDS: dict[Any, str] = {int: "INTEGER", float: "NUMBER", str: "TEXT", Path: "PATH"}
+
+
+def _word(annotation: Any) -> str:
+    if get_origin(annotation) is list:
+        return _word(get_args(annotation)[0])
+    return _WORDS.get(annotation, "VALUE")
+
+
+class _Words:
+    """Fills in a word for every parameter that has no metavar of its own."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if param.metavar is not None:
+                continue
+            if isinstance(param, TyperArgument):
+                word = _word(param.type_descriptor.annotation)
+                param.metavar = param.name.upper()
+                param.display_type_rich = lambda ctx, word=word: word  # its column: the word
+            elif param.is_flag:
+                param.metavar = ""
+            else:
+                param.metavar = _word(param.type_descriptor.annotation)
+        return params
+
+
+class Command(_Words, TyperCommand):
+    pass
+
+
+class Group(_Words, TyperGroup):
+    pass
+
+
+class App(typer.Typer):
+    """A typer app whose commands follow the conventions above."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(cls=Group, context_settings=HELP, **options)
+
+    def command(self, *args: Any, cls: type[TyperCommand] | None = None, **options: Any) -> Any:
+        return super().command(*args, cls=cls or Command, **options)
