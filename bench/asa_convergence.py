@@ -1,4 +1,4 @@
-"""ASA's convergence when the queue wait changes (seed 004, section 4.4, Figure 5).
+"""ASA's convergence when the queue wait changes (ASA paper, section 4.4, Figure 5).
 
 1000 iterations; the true wait changes at iterations 0, 200, 400, 600 and 800 to values drawn
 log-uniformly from the grid's range (seeded), redrawn until at least one change is a sudden
@@ -103,7 +103,7 @@ def seconds(value: float) -> str:
 
 def print_run(seed: int, waits: list[float], runs: dict[str, PolicyRun]) -> None:
     learner = QueueWaitLearner()
-    print(f"ASA convergence (seed 004, section 4.4): {ITERATIONS} iterations, seed {seed}")
+    print(f"ASA convergence (ASA paper, section 4.4): {ITERATIONS} iterations, seed {seed}")
     print("true wait from iteration:")
     for start, wait, drop in zip(CHANGES, waits, drops(waits), strict=True):
         closest = learner.grid[learner.closest(wait)]
@@ -149,7 +149,7 @@ def _reconverged(ns: list[int | None]) -> dict[str, float | int | None]:
 
 
 def print_aggregate(seed: int, runs: int, summary: dict[str, dict]) -> None:
-    print(f"ASA convergence (seed 004, section 4.4): {runs} runs of {ITERATIONS} iterations,")
+    print(f"ASA convergence (ASA paper, section 4.4): {runs} runs of {ITERATIONS} iterations,")
     print(f"seeds {seed}..{seed + runs - 1}: share of changes re-converged within their")
     print(f"{CHANGES[1] - CHANGES[0]} iterations (median iterations to re-converge)")
     print()

@@ -1,4 +1,4 @@
-"""ASA: learn the queue wait of a job geometry by exponential weights (seed 004, Algorithm 1).
+"""ASA: learn the queue wait of a job geometry by exponential weights (Souza et al., Algorithm 1).
 
 Per job geometry the learner keeps a probability vector p over m fixed waiting-time
 alternatives θ_1 < … < θ_m (by default the paper's 53, from 10 s to 100 000 s) and learns
@@ -91,7 +91,7 @@ def stepped_grid(steps: Sequence[tuple[float, float]]) -> tuple[float, ...]:
 
 
 DEFAULT_GRID = stepped_grid(((10, 180), (100, 1800), (1000, 9000), (10_000, 100_000)))
-"""The paper's m = 53 alternatives (seed 004, section 4.3): 18 multiples of 10 s up to 3 min,
+"""The paper's m = 53 alternatives (ASA paper, section 4.3): 18 multiples of 10 s up to 3 min,
 17 of 100 s up to 30 min, 8 of 1000 s up to 2.5 h and 10 of 10 000 s up to 100 000 s (27.8 h,
 the longest wait the paper saw): dense in the 10s and 100s, where small jobs' waits vary most."""
 

@@ -1,4 +1,4 @@
-"""Strategies side by side under identical conditions (seed 004, Table 1).
+"""Strategies side by side under identical conditions (Table 1 of the ASA paper, Souza et al.).
 
 Every strategy of a comparison meets the same cluster: the same trace, from
 the same start offset, with the same warm-up, and the same task durations
@@ -139,7 +139,7 @@ def _row(key: tuple[str, int, str], found: list[RunSummary]) -> Row:
 
 def normalised(rows: Sequence[Row]) -> dict[tuple[str, str], dict[str, float]]:
     """Per workflow and strategy, each metric over the best strategy's at the same scale,
-    averaged over the scales (1.0 = always the best), as seed 004's Table 1 does."""
+    averaged over the scales (1.0 = always the best), as the ASA paper's Table 1 does."""
     ratios: dict[tuple[str, str], dict[str, list[float]]] = {}
     cells = {(r.workflow, r.scale) for r in rows}
     for workflow, scale in cells:

@@ -8,7 +8,7 @@ record of a real task trace (``trace = PATH``), task *i* taking record *i*
 
 A simulated worker enforces allocations as the real monitor does: memory,
 disk and wall time are limits (exceeding one kills the attempt: at the end
-of its run under the slow-peaks assumption of seed 003, or where its memory
+of its run under the slow-peaks assumption of Tovar et al. (TPDS 2018), or where its memory
 series crosses the limit); cores are not a limit, so a task given fewer
 cores than it uses runs proportionally longer.
 """

@@ -9,7 +9,7 @@ Definitions (times in seconds from the run's start):
 - core-hours: cores held by every pilot from start to end;
 - OH, overhead: core-hours pilots held before any stage they serve was ready
   (an allocation that started early), the cost proactive submission risks;
-- hit ratio: predictions that did not over-predict the wait (seed 004 Table 2).
+- hit ratio: predictions that did not over-predict the wait (Table 2 of the ASA paper).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The queue-wait learner as a run uses it: one learner per store, saved after every observation.
 
-Every workflow run against the same store shares the learner, as seed 004
+Every workflow run against the same store shares the learner, as the ASA paper (Souza et al.)
 keeps Algorithm 1's state across runs: what one run saw of the queue serves
 the next.
 
@@ -80,7 +80,7 @@ class QueueWaits:
         self, allocation: Allocation, prediction: Any, wait: float, planned: float | None = None
     ) -> bool | None:
         """Learn a wait. The plan hit unless it over-predicted the wait: planned above the
-        alternative closest to it (seed 004 Table 2), the grid being the tolerance."""
+        alternative closest to it (Table 2 of the ASA paper), the grid being the tolerance."""
         self.learner.observe(geometry(allocation), wait, prediction)
         self.dirty = True
         if planned is None:

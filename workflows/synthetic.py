@@ -11,10 +11,11 @@ A :class:`Distribution` is written as a short string in workflow files::
     bimodal(4000, 1000, 12000, 2000, 0.5)
                                 two normal modes: mean1, sd1, mean2, sd2, p1 (p1 optional, 0.5)
     trimodal(4000, 1000, 12000, 2000, 8000, 1000)
-                                seed 000's *phasing* trimodal: the first third of a stage's tasks
-                                come from mode 1, the second third from mode 2, the last from mode 3
+                                the *phasing* trimodal of Phung & Thain (IPDPS 2024): the first
+                                third of a stage's tasks come from mode 1, the second third
+                                from mode 2, the last from mode 3
 
-The synthetic workflows of seed 000 (memory in MB, as its traces in ``ipdps2024/``
+The synthetic workflows of Phung & Thain (IPDPS 2024) (memory in MB, as its traces in ``ipdps2024/``
 show) are ``normal(8000, 1000)``, ``uniform(6000, 10000)``, ``exponential(6000)``,
 ``bimodal(4000, 1000, 12000, 2000)`` and ``trimodal(4000, 1000, 12000, 2000, 8000, 1000)``.
 
