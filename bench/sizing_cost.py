@@ -1,4 +1,4 @@
-"""Cost of one bucketing step: absorb a record, then allocate (seed 000, Table I).
+"""Cost of one bucketing step: absorb a record, then allocate (Phung & Thain, IPDPS 2024, Table I).
 
 As in a run, records arrive one after another, each followed by an allocation:
 a learner holding N - 1 records (memory-like values in MB from a seeded

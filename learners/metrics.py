@@ -1,4 +1,6 @@
-"""How well allocations fit use: Absolute Workflow Efficiency and its waste (seed 000).
+"""How well allocations fit use: Absolute Workflow Efficiency and its waste.
+
+As Phung & Thain define them (IPDPS 2024).
 
 For one resource, every attempt allocates ``a`` over its duration ``t``; a
 successful attempt consumes ``c`` over ``t`` (``c`` its peak, or the integral of

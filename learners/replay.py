@@ -1,20 +1,28 @@
 """Replay a trace of tasks through a sizer on N simulated workers.
 
-Tasks are submitted at time 0 in trace order and start first in, first out:
-the next task starts as soon as a worker has room for its allocation (first
-fit), and is sized (again) then, so early tasks are sized with little history,
-as in a real run. A task's record reaches the sizer only when it finishes.
+Tasks arrive at their recorded submit times (all at 0 where a trace has none)
+and start first in, first out: the next task starts as soon as a worker has
+room for its allocation (first fit), and is sized (again) then, so early tasks
+are sized with little history, as in a real run. Workers may join over time, as
+they did in the recorded runs. A task's record reaches the sizer only when it
+finishes.
 
-An attempt whose allocation is below a true peak fails and is retried with the
-sizer's next allocation. Without a memory series, exhaustion shows at the end
-of the run and the monitor reports the allocation as the value reached
-(Tovar's slow-peaks model: the worst case), or, with ``peaks="fast"``, at the
-start, reporting the true peak (the best case: failures cost nothing and tell
-all; the synthetic tasks of seed 000 behave so). With a series, memory fails
+Cores are not a limit a task is killed for (leadtime pins a task to its cores):
+given fewer cores than it uses on average, a task runs slower in proportion.
+An attempt whose memory or disk allocation is below a true peak is killed and
+retried with the sizer's next allocation. With a memory series, memory fails
 at the first sample above the allocation, reporting that sample; allocated
 and consumed memory are then the trapezoid integrals over the samples
 (k-Segments' accounting), and a sizer with a step function (k-Segments)
-allocates memory over time and retries selectively or partially.
+allocates memory over time and retries selectively or partially. Without a
+series, when the kill comes and what the monitor saw then is one of:
+
+- ``calibrated``: drawn from what the bucketing paper's real runs show
+  (:mod:`learners.kill_times`): the honest model;
+- ``slow``: at the end of the run, reporting only the allocation (Tovar's
+  slow-peaks model: the worst case);
+- ``fast``: at the start, reporting the true peak (the best case: failures
+  cost nothing and tell all).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from learners.kill_times import CALIBRATED, KillTimes
 from learners.metrics import Usage
 from learners.resources import PACKED, Resource, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
@@ -64,10 +73,23 @@ class TraceTask:
     input_size: float | None = None
     requested: Mapping[str, float] = field(default_factory=dict)
     series: MemorySeries | None = None
+    submit: float = 0.0
+    """Seconds after the trace's first submission."""
+    cpu: float | None = None
+    """Cores used on average (CPU time / wall time); the peak where unknown."""
 
     @property
     def features(self) -> TaskFeatures:
         return TaskFeatures(self.category, self.input_size, requested=self.requested)
+
+    @property
+    def use(self) -> float:
+        """Cores below which the task runs slower."""
+        return self.peak.cores if self.cpu is None else self.cpu
+
+
+Peaks = Literal["calibrated", "slow", "fast"]
+PEAKS: tuple[Peaks, ...] = ("calibrated", "slow", "fast")
 
 
 @dataclass
@@ -85,6 +107,8 @@ class ReplayResult:
     """Tasks abandoned: they exhausted a whole worker."""
     makespan: float = 0.0
     usage: dict[Resource, Usage] = field(default_factory=dict)
+    worker_seconds: float = 0.0
+    """Time workers were there, summed over workers."""
 
     @property
     def retries_pct(self) -> float:
@@ -92,7 +116,7 @@ class ReplayResult:
 
     @property
     def tasks_per_worker_hour(self) -> float:
-        hours = self.workers * self.makespan / 3600.0
+        hours = self.worker_seconds / 3600.0
         return self.completed / hours if hours > 0 else math.nan
 
     def rows(self) -> list[dict[str, float | str | int]]:
@@ -145,26 +169,36 @@ def replay(
     worker: Resources,
     resources: tuple[Resource, ...] = PACKED,
     use_series: bool = True,
-    peaks: Literal["slow", "fast"] = "slow",
+    peaks: Peaks = "slow",
     time_varying: bool = True,
+    arrivals: Sequence[float] | None = None,
+    seed: int = 0,
 ) -> ReplayResult:
     """Run every task of ``tasks`` to completion (or to :class:`Unfittable`) and account for it.
 
-    ``time_varying=False`` plays an executor that cannot change a running task's
-    limit: sizers with a step function (k-Segments) allocate its peak.
+    ``arrivals`` are the times the workers join (all at 0 by default), one per worker;
+    ``seed`` seeds the calibrated kill draws. ``time_varying=False`` plays an
+    executor that cannot change a running task's limit: sizers with a step function
+    (k-Segments) allocate its peak.
     """
-    if peaks not in ("slow", "fast"):
-        raise ValueError(f"peaks must be 'slow' or 'fast', not {peaks!r}")
+    if peaks not in PEAKS:
+        raise ValueError(f"peaks must be one of {', '.join(PEAKS)}, not {peaks!r}")
     if workers < 1:
         raise ValueError("replay needs at least one worker")
+    joins = sorted(arrivals) if arrivals is not None else [0.0] * workers
+    if len(joins) != workers:
+        raise ValueError(f"{workers} workers but {len(joins)} arrival times")
     packed = tuple(r for r in resources if r in PACKED)
     result = ReplayResult(sizer.name, workers, len(tasks), usage={r: Usage() for r in packed})
     states = [_Task(i, t, t.features) for i, t in enumerate(tasks)]
-    pending = list(range(len(tasks)))
-    free = [{r: worker[r] for r in PACKED} for _ in range(workers)]
+    arriving = sorted(range(len(tasks)), key=lambda i: (tasks[i].submit, i))
+    arriving.reverse()
+    pending: list[tuple[float, int]] = []
+    free: list[dict[str, float]] = []
     running: list[tuple[float, int, int, _Attempt]] = []
     learned = 0
     now = 0.0
+    kills = _Kills(peaks, np.random.default_rng(seed))
     stepper = sizer if use_series and time_varying and isinstance(sizer, StepSizer) else None
 
     def size(st: _Task) -> None:
@@ -187,9 +221,15 @@ def replay(
             st.allocation = st.allocation.with_("memory", st.steps.peak)
         st.version = learned
 
-    while pending or running:
+    while arriving or pending or running:
+        while joins and joins[0] <= now:
+            joins.pop(0)
+            free.append({r: worker[r] for r in PACKED})
+        while arriving and tasks[arriving[-1]].submit <= now:
+            index = arriving.pop()
+            heapq.heappush(pending, (tasks[index].submit, index))
         while pending:
-            st = states[pending[0]]
+            st = states[pending[0][1]]
             if st.allocation is None or st.version != learned:
                 try:
                     size(st)
@@ -201,17 +241,29 @@ def replay(
             assert alloc is not None
             slot = next((w for w, f in enumerate(free) if _fits(alloc, f)), None)
             if slot is None:
-                if not running:
+                if not running and not joins and len(free) == workers:
                     raise RuntimeError(f"task {st.index} fits no empty worker: {alloc}")
                 break
             heapq.heappop(pending)
             for r in PACKED:
                 free[slot][r] -= alloc[r]
-            attempt = _run(st, alloc, packed, resources, use_series, peaks == "fast")
+            attempt = _run(st, alloc, packed, resources, use_series, kills)
             result.attempts += 1
             heapq.heappush(running, (now + attempt.end, st.index, slot, attempt))
-        if not running:
+        events = [
+            t
+            for t in (
+                running[0][0] if running else None,
+                tasks[arriving[-1]].submit if arriving else None,
+                joins[0] if joins and pending else None,
+            )
+            if t is not None
+        ]
+        if not events:
             break
+        now = min(events)
+        if not running or running[0][0] > now:
+            continue
         now, index, slot, attempt = heapq.heappop(running)
         st = states[index]
         alloc = st.allocation
@@ -227,7 +279,7 @@ def replay(
             st.previous, st.previous_steps = alloc, st.steps
             st.exhausted, st.failed_at = attempt.exhausted, attempt.failed_at
             st.allocation = None
-            heapq.heappush(pending, index)
+            heapq.heappush(pending, (st.trace.submit, index))
         else:
             result.completed += 1
             for r in packed:
@@ -235,7 +287,27 @@ def replay(
             sizer.observe(_record(st, attempt, use_series))
             learned += 1
         result.makespan = now
+    start = min((t.submit for t in tasks), default=0.0)
+    joined = sorted(arrivals) if arrivals is not None else [0.0] * workers
+    result.worker_seconds = sum(max(result.makespan - max(t, start), 0.0) for t in joined)
     return result
+
+
+@dataclass
+class _Kills:
+    """When an attempt without a memory series is killed, and what the monitor reports."""
+
+    peaks: Peaks
+    rng: np.random.Generator
+    table: KillTimes = CALIBRATED
+
+    def __call__(self, resource: Resource, allocation: float, peak: float, duration: float):
+        if self.peaks == "fast":
+            return 0.0, peak
+        if self.peaks == "slow":
+            return duration, allocation
+        fraction, reported = self.table.draw(resource, allocation, peak, self.rng)
+        return fraction * duration, reported
 
 
 def _fits(alloc: Resources, free: dict[str, float]) -> bool:
@@ -248,12 +320,16 @@ def _run(
     packed: tuple[Resource, ...],
     resources: tuple[Resource, ...],
     use_series: bool,
-    fast: bool,
+    kills: _Kills,
 ) -> _Attempt:
-    """How an attempt with ``alloc`` ends, and what it allocated and consumed."""
+    """How an attempt with ``alloc`` ends, and what it allocated and consumed.
+
+    Fewer cores than the task uses stretch its run (and its memory series) in proportion.
+    """
     task = st.trace
     series = task.series if use_series else None
-    duration = float(series.times[-1]) if series is not None else task.peak.wall
+    stretch = max(1.0, task.use / alloc.cores) if "cores" in packed and alloc.cores > 0 else 1.0
+    duration = (float(series.times[-1]) if series is not None else task.peak.wall) * stretch
     failures: list[tuple[float, Exhaustion]] = []
     failed_at = None
     memory_steps = None
@@ -262,13 +338,14 @@ def _run(
         failed_at = first_failure(series.mb, memory_steps)
         if failed_at is not None:
             measured = float(series.mb[failed_at])
-            failures.append((float(series.times[failed_at]), Exhaustion("memory", measured)))
+            at = float(series.times[failed_at]) * stretch
+            failures.append((at, Exhaustion("memory", measured)))
     for r in packed:
-        if r == "memory" and memory_steps is not None:
+        if r == "cores" or (r == "memory" and memory_steps is not None):
             continue
         if task.peak[r] > alloc[r] + 1e-9:
-            exhausted = Exhaustion(r, task.peak[r] if fast else alloc[r])
-            failures.append((0.0 if fast else duration, exhausted))
+            at, reported = kills(r, alloc[r], task.peak[r], duration)
+            failures.append((at, Exhaustion(r, reported)))
     if "wall" in resources and alloc.wall < duration:
         failures.append((alloc.wall, Exhaustion("wall", alloc.wall)))
     end = min((t for t, _ in failures), default=duration)
@@ -277,9 +354,11 @@ def _run(
         failed_at = None
     allocated = {r: alloc[r] * end for r in packed}
     consumed = {r: task.peak[r] * end for r in packed}
+    if "cores" in packed:
+        consumed["cores"] = min(task.peak.cores, alloc.cores) * end
     if memory_steps is not None and series is not None:
-        last = int(np.searchsorted(series.times, end, side="right"))
-        times = series.times[:last]
+        last = int(np.searchsorted(series.times * stretch, end, side="right"))
+        times = series.times[:last] * stretch
         allocated["memory"] = trapezoid(memory_steps.over(last), times)
         consumed["memory"] = trapezoid(series.mb[:last], times)
     return _Attempt(end, exhausted, failed_at, consumed, allocated)

@@ -26,6 +26,7 @@ from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
+from orchestrator.sizing_state import SizingState
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
 from workflows.spec import Allocation, Stage, Task, Workflow
@@ -136,6 +137,7 @@ class Engine:
         workers: WorkerSource,
         pool: Pool | None = None,
         learner: WaitLearner | None = None,
+        sizing: SizingState | None = None,
         options: EngineOptions | None = None,
         run_id: str | None = None,
         features: Callable[[Task], TaskFeatures] | None = None,
@@ -149,6 +151,7 @@ class Engine:
         self.source = workers
         self.pool = pool or Pool()
         self.learner = learner
+        self.sizing = sizing
         self.options = options or EngineOptions()
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.observer = observer
@@ -258,6 +261,8 @@ class Engine:
             await self.store.flush()
         if self.learner is not None:
             await self.learner.save(self.store)
+        if self.sizing is not None:
+            await self.sizing.save(self.store)
         for action in plan.actions:
             if isinstance(action, Submit):
                 await self._submit(action)

@@ -32,6 +32,7 @@ from orchestrator.planner import Planner, make_planner
 from orchestrator.pool import Pool
 from orchestrator.remote import RemoteWorkers
 from orchestrator.simulate import SimulatedWorkers, task_truths
+from orchestrator.sizing_state import SizingState, stage_share
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, QueueWaits
@@ -234,11 +235,18 @@ async def _execute(
     else:
         truths = {}
     own = {s.name: stage_worker(s.allocation, node) for s in workflow.stages}
+    share = {s.name: stage_share(s, own[s.name], len(s.expand())) for s in workflow.stages}
 
     def features(task: Task) -> TaskFeatures:
         truth = truths.get(task.id)
         size = truth.input_size if truth else None
-        return TaskFeatures(task.category, size, declared=task.declared, worker=own[task.stage])
+        return TaskFeatures(
+            task.category,
+            size,
+            declared=task.declared,
+            worker=own[task.stage],
+            share=share[task.stage],
+        )
 
     waits = await QueueWaits.load(
         store,
@@ -254,6 +262,7 @@ async def _execute(
         idle_cancel_s=config.idle_cancel_s,
     )
     sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
+    sizing = await SizingState.load(store, workflow.name, sizer)
     engine = Engine(
         workflow,
         backend,
@@ -263,6 +272,7 @@ async def _execute(
         workers=workers,
         pool=Pool(share=config.share),
         learner=waits,
+        sizing=sizing,
         options=config.options(),
         run_id=run_id,
         features=features,

@@ -291,3 +291,33 @@ def test_leadtime_worker_is_the_worker_agent():
         [*worker, "--manager", "127.0.0.1:9"], capture_output=True, text=True, env=env, check=False
     )
     assert refused.returncode == 2 and "no secret" in refused.stderr
+
+
+def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path):
+    """No cores, memory or disk declared: the first tasks start from their share of the
+    stage's allocation (allocation / task count), all 20 at once, not one per worker."""
+    workflow = loads(
+        """
+        name = "undeclared"
+        [[stage]]
+        name = "many"
+        allocation = { cores = 2, time = "5m" }
+        tasks = { command = "sleep 2", count = 20 }
+        """
+    )
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            summary = await execute(workflow, local_config(tmp_path), store)
+            attempts = await store.rows("attempts", {"run_id": summary.run_id}, order="start_t")
+            return summary, attempts
+
+    summary, attempts = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    assert all(a["outcome"] == "success" for a in attempts)
+    first = attempts[0]["allocation"]
+    fit = min(int(2 / first["cores"] + 1e-9), 20)  # tasks the prior fits on the stage's cores
+    assert fit == 20
+    starts = [a["start_t"] for a in attempts]
+    at_once = max(sum(b["start_t"] <= t < b["end_t"] for b in attempts) for t in starts)
+    assert at_once >= fit

@@ -93,3 +93,47 @@ def test_ksegments_allocates_steps_and_retries_selectively():
 def test_replay_needs_a_worker():
     with pytest.raises(ValueError, match="at least one worker"):
         replay([], make_sizer("whole", worker=SMALL), workers=0, worker=SMALL)
+
+
+def test_tasks_arrive_at_their_submit_times_and_workers_as_they_join():
+    tasks = [
+        TraceTask("a", Resources(1, 100, 1, 10), submit=0.0),
+        TraceTask("a", Resources(1, 100, 1, 10), submit=50.0),
+    ]
+    out = replay(tasks, make_sizer("whole", worker=SMALL), workers=1, worker=SMALL)
+    assert out.makespan == 60  # the second task waits for its submission, not for a worker
+    joined = replay(
+        tasks, make_sizer("whole", worker=SMALL), workers=2, worker=SMALL, arrivals=[20, 30]
+    )
+    assert joined.makespan == 60  # first at 20 (its worker came), second at 50
+    assert joined.worker_seconds == (60 - 20) + (60 - 30)
+    assert joined.tasks_per_worker_hour == pytest.approx(2 / (70 / 3600))
+
+
+def test_fewer_cores_than_a_task_uses_slow_it_down():
+    task = TraceTask("a", Resources(4, 100, 1, 10), cpu=2.0)
+    sizer = make_sizer("user", worker=SMALL)
+    one = TraceTask(task.category, task.peak, requested={"cores": 1}, cpu=2.0)
+    out = replay([one], sizer, workers=1, worker=SMALL)
+    assert (out.retries, out.makespan) == (0, 20)  # 2 cores of use on 1: twice as long
+    assert out.usage["cores"].awe == pytest.approx(1.0)  # never more than allocated
+    whole = replay([task], make_sizer("whole", worker=SMALL), workers=1, worker=SMALL)
+    assert whole.makespan == 10 and whole.usage["cores"].awe == pytest.approx(1.0)
+
+
+def test_calibrated_peaks_kill_memory_early():
+    tasks = [user(100, peak=1000, wall=100) for _ in range(200)]
+    big = Resources(4, 100000, 1000)
+
+    def run(peaks: str, seed: int = 3):
+        sizer = make_sizer("user", worker=big, resources=("memory",))
+        return replay(
+            tasks, sizer, workers=200, worker=big, resources=("memory",), peaks=peaks, seed=seed
+        )
+
+    calibrated, slow = run("calibrated"), run("slow")
+    assert calibrated.retries == slow.retries == 4 * 200  # 100, 200, 400, 800 MB killed
+    # killed at a few % of the run (the paper's logs) instead of at its end
+    assert calibrated.usage["memory"].failed < 0.15 * slow.usage["memory"].failed
+    assert calibrated.makespan < 0.5 * slow.makespan
+    assert run("calibrated").usage["memory"].failed == calibrated.usage["memory"].failed

@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
-from learners.replay import ReplayResult, replay
+from learners.replay import Peaks, ReplayResult, replay
 from learners.resources import Resources
 from learners.sizing import make_sizer, split_sizer
 from workflows.traces import Trace, load_trace
@@ -41,13 +40,15 @@ def bench_sizing(
     workers: int = 20,
     worker: Resources = PAPER_WORKER,
     seed: int = 0,
-    peaks: Literal["slow", "fast"] = "slow",
+    peaks: Peaks = "calibrated",
     use_series: bool = True,
     time_varying: bool = True,
+    arrivals: Sequence[float] | None = None,
 ) -> list[ReplayResult]:
     """Replay ``trace`` through each sizer of ``sizers`` (names as :func:`make_sizer` takes).
 
-    See :func:`learners.replay.replay` for ``peaks``, ``use_series`` and ``time_varying``.
+    See :func:`learners.replay.replay` for ``peaks``, ``use_series``, ``time_varying``
+    and ``arrivals`` (then ``workers`` is their number).
     """
     for name in sizers:
         split_sizer(name)  # every name checked before the first, maybe long, replay
@@ -57,12 +58,14 @@ def bench_sizing(
         replay(
             trace.tasks,
             make_sizer(name, worker=worker, seed=seed, resources=trace.resources),
-            workers=workers,
+            workers=workers if arrivals is None else len(arrivals),
             worker=worker,
             resources=trace.resources,
             use_series=use_series,
             peaks=peaks,
             time_varying=time_varying,
+            arrivals=arrivals,
+            seed=seed,
         )
         for name in sizers
     ]

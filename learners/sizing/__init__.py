@@ -1,4 +1,5 @@
-"""Task sizing: one Sizer protocol, every algorithm of seeds 000-003 behind ``make_sizer``."""
+"""Task sizing: one Sizer protocol, every published algorithm (bucketing, Tovar et al., k-Segments,
+Ponder, Witt et al.) and ours (budget, select) behind ``make_sizer``."""
 
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from learners.sizing.registry import (

@@ -29,6 +29,9 @@ class TaskFeatures:
     requested: Mapping[str, float] = field(default_factory=dict)
     """Sizes the user asked for without fixing them (a trace's requested memory, say):
     what Ponder keeps while unsure and what the user-default baseline allocates."""
+    share: Mapping[str, float] = field(default_factory=dict)
+    """The task's share of its stage's allocation (the allocation divided by the stage's
+    task count): a first guess that lets a stage's first tasks run side by side."""
 
 
 class Unfittable(ValueError):

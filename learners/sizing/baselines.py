@@ -1,6 +1,6 @@
 """The naive baselines: a whole worker, and what the user asked for.
 
-(Max seen, the third naive baseline of seed 000, is cctools' ``max`` category
+(Max seen, the third naive baseline of the bucketing paper, is cctools' ``max`` category
 mode and lives with its siblings in :mod:`learners.sizing.tovar`.)
 """
 
@@ -11,7 +11,8 @@ from learners.sizing.base import Record, TaskFeatures
 
 
 class WholeWorker:
-    """Every attempt gets a whole worker's worth (seed 000's baseline: never fails, wastes most)."""
+    """Every attempt gets a whole worker's worth (the bucketing paper's baseline: never fails,
+    wastes most)."""
 
     def __init__(self, capacity: float) -> None:
         self.capacity = capacity
@@ -32,8 +33,8 @@ class WholeWorker:
 class UserRequest:
     """What the task requested (a whole worker when it requested nothing); retries double.
 
-    The "user default" of seeds 001 and 002: nf-core's requests, often far above
-    the peaks.
+    The "user default" of the k-Segments and Ponder papers (Bader et al.): nf-core's
+    requests, often far above the peaks.
     """
 
     def __init__(self, resource: Resource, capacity: float) -> None:

@@ -10,17 +10,22 @@ should decide alone:
 - a retry that would not grow the exhausted resource doubles it instead;
 - allocations stay within ``[minimum, worker]`` and positive; a task that
   exhausts a whole worker (or a size the user fixed) is :class:`Unfittable`;
-- sizes the user declared always win.
+- sizes the user declared always win;
+- with ``prior``, a category's first tasks start from what is known instead of a
+  whole worker: the task's request, else the largest peak of the workflow's other
+  categories, else its share of its stage's allocation; an attempt killed before the
+  category's first record doubles the start of the category's later tasks.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from learners.resources import PACKED, Resource, Resources
+from learners.resources import PACKED, RESOURCES, Resource, Resources
 from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
+from learners.sizing.history import History
 from learners.sizing.ksegments import Steps
 
 POSITIVE: dict[Resource, float] = {"cores": 0.01, "memory": 1.0, "disk": 1.0, "wall": 1.0}
@@ -66,7 +71,8 @@ class CategoryLearner(Protocol):
     resources: tuple[Resource, ...]
 
     def first(self, task: TaskFeatures) -> dict[Resource, float]:
-        """The values of a first attempt (those the task declares may be left out)."""
+        """The values of a first attempt; a resource left out (declared, or not known yet)
+        gets the declared size, the prior or a whole worker."""
         ...
 
     def retry(
@@ -151,14 +157,22 @@ class Composite:
         resources: tuple[Resource, ...],
         worker: Resources,
         minimum: Resources | None = None,
+        prior: bool = False,
     ) -> None:
         self.name = name
         self.resources = resources
         """The resources this sizer allocates; the others stay unreserved (0, wall unbounded)."""
         self.worker = worker
         self.minimum = minimum or Resources(wall=0.0)
+        self.prior = prior
+        self.history = History()
+        """The latest records of every category: the sizer's state across runs."""
         self._new_learner = new_learner
         self._learners: dict[str, CategoryLearner] = {}
+        self._top: dict[Resource, dict[str, float]] = {r: {} for r in RESOURCES}
+        """Largest peak per resource and category."""
+        self._killed: dict[tuple[str, Resource], float] = {}
+        """Largest value reached by a killed attempt, per category and resource."""
 
     def learner(self, category: str) -> CategoryLearner:
         learner = self._learners.get(category)
@@ -175,6 +189,8 @@ class Composite:
         learner = self.learner(task.category)
         if exhaustion is None:
             values = learner.first(task)
+            if self.prior:
+                values.update(self._cold_start(task))
         else:
             if previous is None:
                 raise ValueError("a retry needs the previous allocation")
@@ -207,6 +223,19 @@ class Composite:
         value = learner.retry(task, r, had, exhaustion.measured)
         return value if value > had else 2 * had
 
+    def _cold_start(self, task: TaskFeatures) -> dict[Resource, float]:
+        """First values of the resources the task's category has no record of yet."""
+        out: dict[Resource, float] = {}
+        for r in self.resources:
+            top = self._top[r]
+            if r in task.declared or task.category in top:
+                continue
+            others = [v for c, v in top.items() if c != task.category]
+            value = task.requested.get(r, max(others, default=task.share.get(r, math.nan)))
+            if not math.isnan(value):
+                out[r] = max(value, 2 * self._killed.get((task.category, r), 0.0))
+        return out
+
     def capacity(self, task: TaskFeatures) -> Resources:
         """The largest worker ``task`` may run on: the sizer's, or the task's own if smaller."""
         if task.worker is None:
@@ -222,7 +251,8 @@ class Composite:
         out["wall"] = math.inf
         for r in self.resources:
             if r not in task.declared:
-                out[r] = min(max(values[r], self.minimum[r], POSITIVE[r]), worker[r])
+                value = values.get(r, worker[r])
+                out[r] = min(max(value, self.minimum[r], POSITIVE[r]), worker[r])
         for name, value in task.declared.items():
             if name not in out:
                 known = ", ".join(out)
@@ -236,7 +266,14 @@ class Composite:
         return Resources(**out)
 
     def observe(self, record: Record) -> None:
-        self.learner(record.task.category).observe(record)
+        category = record.task.category
+        self.learner(category).observe(record)
+        self.history.add(record)
+        for r in self.resources:
+            value = record.peak[r]
+            if math.isfinite(value):
+                top = self._top[r]
+                top[category] = max(top.get(category, 0.0), value)
 
     def observe_exhaustion(
         self, task: TaskFeatures, allocation: Resources, exhaustion: Exhaustion
@@ -244,6 +281,17 @@ class Composite:
         if exhaustion.resource in self.resources:
             r = exhaustion.resource
             self.learner(task.category).exhausted(task, r, allocation[r], exhaustion.measured)
+            key = (task.category, r)
+            self._killed[key] = max(self._killed.get(key, 0.0), exhaustion.measured)
+
+    def state(self) -> dict[str, Any]:
+        """What the sizer learnt, as plain data (its latest records)."""
+        return self.history.state()
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Learn again what :meth:`state` kept (from an earlier run of the same workflow)."""
+        for record in History.records(state):
+            self.observe(record)
 
     def memory_steps(self, task: TaskFeatures) -> Steps | None:
         """The task's memory as a step function over monitoring samples, when the sizer

@@ -1,4 +1,5 @@
-"""Ponder (seed 002), exact to CommonWorkflowScheduler ``PonderPredictor.java``.
+"""Ponder (Bader et al., "Ponder: Online Prediction of Task Memory Requirements for Scientific
+Workflows"), exact to CommonWorkflowScheduler ``PonderPredictor.java``.
 
 One predictor per category (the abstract task) learns from tasks with a
 positive peak: x = input size, y = peak memory. With fewer than 5 records it

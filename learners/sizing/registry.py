@@ -17,6 +17,7 @@ import numpy as np
 from learners.resources import PACKED, Resource, Resources
 from learners.sizing.baselines import UserRequest, WholeWorker
 from learners.sizing.bucketing import DEFAULTS, Bucketing
+from learners.sizing.budget import BudgetCategory
 from learners.sizing.composite import (
     CategoryLearner,
     Composite,
@@ -27,12 +28,13 @@ from learners.sizing.composite import (
 from learners.sizing.ksegments import KSegments
 from learners.sizing.ponder import Ponder
 from learners.sizing.quantized import Quantized
+from learners.sizing.selector import Selector
 from learners.sizing.tovar import TovarCategory
 from learners.sizing.witt import Witt
 
 SIZERS: dict[str, str] = {
-    "whole": "a whole worker for every attempt (seed 000's baseline)",
-    "user": "the task's request, doubled on failure (the user default of seeds 001/002)",
+    "whole": "a whole worker for every attempt (the bucketing paper's baseline)",
+    "user": "the task's request, doubled on failure (k-Segments' and Ponder's user default)",
     "max-seen": "cctools max mode: largest peak + 1/3 bucket; a whole worker first and on retry",
     "min-waste": "Tovar et al. minimum waste; retry at the largest value seen",
     "max-xput": "Tovar et al. maximum throughput; retry at the largest value seen",
@@ -49,15 +51,22 @@ SIZERS: dict[str, str] = {
     "witt-mean": "Witt LR, intercept + standard error",
     "witt-under": "Witt LR, intercept + standard error of under-predictions",
     "witt-max": "Witt LR, intercept + largest under-prediction",
+    "budget": "the quantile of peaks that keeps first-attempt kills within a 5% retry budget",
+    "select": "per category, the best in the shadow of budget, ksegments+budget, ponder+budget",
 }
 
 MEMORY_ONLY = ("ponder", "ksegments", "ksegments-partial", "witt-mean", "witt-under", "witt-max")
 """The sizers that learn memory only; ``<one of these>+<companion>`` names the pair."""
-COMPANIONS = tuple(name for name in SIZERS if name not in MEMORY_ONLY)
+SELECTED = ("budget", "ksegments+budget", "ponder+budget")
+"""The candidates of ``select``, the first allocating while a category warms up."""
+COMPANIONS = tuple(name for name in SIZERS if name not in (*MEMORY_ONLY, "select"))
 """The sizers of every resource, each of which can size cores and disk beside a memory-only one."""
+PRIORS = ("budget", "select")
+"""Sizers whose categories start from the prior (Composite ``prior``); the published ones keep
+their authors' start."""
 COMPANION = "max-seen"
 """The companion of a memory-only sizer named alone (docs/sizing.md: chosen by measurement)."""
-DEFAULT_SIZER = "ksegments"
+DEFAULT_SIZER = "select"
 """The best mean AWE over every shared trace with at most 10% of tasks retried (docs/sizing.md)."""
 
 Factory = Callable[[str], CategoryLearner]
@@ -70,6 +79,8 @@ _OPTIONS: dict[str, set[str]] = {
     "ksegments": {"k"},
     "witt": set(),
     "baseline": set(),
+    "budget": {"budget"},
+    "select": set(),
 }
 
 
@@ -104,7 +115,7 @@ def _family(name: str) -> str:
         return "witt"
     if name.startswith("ksegments"):
         return "ksegments"
-    if name in ("ponder", "quantized"):
+    if name in ("ponder", "quantized", "budget", "select"):
         return name
     return "baseline"
 
@@ -117,7 +128,7 @@ def make_sizer(
     resources: tuple[Resource, ...] = PACKED,
     minimum: Resources | None = None,
     **options: Any,
-) -> Composite:
+) -> Composite | Selector:
     """The sizer called ``name`` for workers of capacity ``worker``: one of :data:`SIZERS`,
     or ``memory+companion`` (a memory-only sizer and the sizer of the other resources).
 
@@ -136,12 +147,21 @@ def make_sizer(
     bad = [r for r in resources if r not in ("cores", "memory", "disk", "wall")]
     if bad or not resources:
         raise ValueError(f"cannot size {bad or 'nothing'}: resources are cores, memory, disk, wall")
+    if base == "select":
+        candidates = [
+            make_sizer(c, worker=worker, seed=seed, resources=resources, minimum=minimum)
+            for c in SELECTED
+        ]
+        return Selector(name, candidates)
     rng = np.random.default_rng(seed)
     if companion is None:
         factory = _factory(base, resources, worker, rng, options)
     else:
         factory = _memory_only(base, companion, resources, worker, rng, options)
-    return Composite(name, factory, resources=resources, worker=worker, minimum=minimum)
+    prior = base in PRIORS or companion in PRIORS
+    return Composite(
+        name, factory, resources=resources, worker=worker, minimum=minimum, prior=prior
+    )
 
 
 def _factory(
@@ -151,6 +171,8 @@ def _factory(
     rng: np.random.Generator,
     options: Mapping[str, Any],
 ) -> Factory:
+    if name == "budget":
+        return lambda _: BudgetCategory(resources, **options)
     if _family(name) == "tovar":
         base = name.removesuffix("-doubling")
         mode = "max-throughput" if base == "max-xput" else base

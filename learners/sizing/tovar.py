@@ -8,7 +8,7 @@ recomputes a first allocation per resource:
 - min waste: the key minimising ``a * tau + a_m * A(a)``, tau the mean wall
   time and A(a) the mean wall time spent by tasks above ``a``;
 - max throughput: the key maximising ``(C(a) * a_m / a + N - C(a)) / (tau + A(a))``;
-- max seen (cctools' ``max`` mode, the naive baseline of seed 000): the largest
+- max seen (cctools' ``max`` mode, the naive baseline of Phung & Thain, IPDPS 2024): the largest
   peak plus a third of a bucket, rounded up to its bucket.
 
 Until the category is steady (25 completions since the last new maximum) a task
@@ -31,7 +31,7 @@ from learners.resources import Resource, Resources
 from learners.sizing.base import Record, TaskFeatures
 
 BUCKET_SIZES: dict[Resource, float] = {"cores": 1.0, "memory": 250.0, "disk": 250.0, "wall": 10.0}
-"""cctools' histogram buckets (wall time is ours: seed 003 uses 10 s partitions)."""
+"""cctools' histogram buckets (wall time is ours: Tovar et al. use 10 s partitions)."""
 
 EVERY = 25
 """cctools ``first_allocation_every_n_tasks``."""

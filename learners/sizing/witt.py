@@ -1,4 +1,6 @@
-"""Witt et al.'s LR baseline (HPCS 2019), as seeds 001 and 002 run it (dos-group/k-Segments).
+"""Witt et al.'s LR baseline (HPCS 2019), as the k-Segments and Ponder authors run it.
+
+Their code: dos-group/k-Segments.
 
 Peak memory is regressed on input size (OLS) and the intercept raised by an
 offset from the training residuals: ``mean`` (the standard error,

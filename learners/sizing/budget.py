@@ -1,0 +1,91 @@
+"""Retry budget: the smallest allocation that keeps a category's expected retries within budget.
+
+Tovar et al. (TPDS 2018) and the bucketing paper (Phung & Thain, IPDPS 2024) pick first
+allocations by the waste they expect and pay for it in retries: hundreds per thousand
+tasks in the paper's own runs. Here the user's retry budget comes first. A task is
+killed when any one resource it can be killed for (memory, disk, wall time: cores only
+slow a task down) is below its peak, so each of these ``m`` resources gets ``budget /
+m`` of the risk: its first allocation is the ``1 - budget / m`` quantile of the
+category's peaks (with fewer records than that quantile needs, their largest), which
+under-shoots a new task with the chosen probability whatever the distribution's
+shape. As in the bucketing paper, the n-th record weighs n, so that the quantile
+follows a workflow whose tasks grow as it goes; the value a killed attempt reached
+counts as a record too (the task needed more), so a category whose tasks outgrow
+their allocations stops allocating what kills them. While the share of the
+category's recent attempts that were killed is above the budget (a moving average
+over about :data:`RECENT` attempts), first attempts get the largest value seen
+instead: the budget is a limit, not a target. Cores take the same quantile of
+the measured use. A retry gets the largest value seen, or twice the value the killed
+attempt reached when that was no smaller.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from learners.resources import Resource
+from learners.sizing.base import Record, TaskFeatures
+from learners.sizing.bucketing import Points
+
+BUDGET = 0.05
+"""Share of tasks whose first attempt may be killed: half the 10% a default may retry,
+the rest left to the cold start and to second retries."""
+RECENT = 20
+"""Attempts the moving kill share of a category spans, about."""
+SLOWING: frozenset[str] = frozenset({"cores"})
+"""Resources a task is not killed for: fewer of them make it slower."""
+
+
+class BudgetCategory:
+    """One category's resources under the retry budget; records are successful peaks."""
+
+    def __init__(self, resources: tuple[Resource, ...], *, budget: float = BUDGET) -> None:
+        if not 0 < budget < 1:
+            raise ValueError(f"the retry budget is a share of tasks in (0, 1), not {budget}")
+        self.resources = resources
+        killers = [r for r in resources if r not in SLOWING]
+        self.level = 1.0 - budget / max(1, len(killers))
+        """The quantile of the peaks a first attempt gets."""
+        self.budget = budget
+        self.peaks = {r: Points() for r in resources}
+        self.killed = 0.0
+        """Moving share of the category's ended attempts that were killed."""
+
+    def first(self, task: TaskFeatures) -> dict[Resource, float]:
+        """The quantile per resource with records; the others are left to the prior."""
+        declared = task.declared
+        return {
+            r: self.quantile(r) for r in self.resources if self.peaks[r].n and r not in declared
+        }
+
+    def quantile(self, resource: Resource) -> float:
+        """The smallest value whose records hold a ``level`` share of the weight."""
+        points = self.peaks[resource]
+        if points.n * (1.0 - self.level) < 1.0 or self.killed > self.budget:
+            return float(points.values[-1])
+        weights = points.csig
+        at = int(np.searchsorted(weights, self.level * weights[-1], side="left"))
+        return float(points.values[min(max(at - 1, 0), points.n - 1)])
+
+    def retry(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> float:
+        points = self.peaks[resource]
+        top = float(points.values[-1]) if points.n else -math.inf
+        return top if top > measured else 2 * measured
+
+    def observe(self, record: Record) -> None:
+        self.killed -= self.killed / RECENT
+        for r in self.resources:
+            value = record.peak[r]
+            if value >= 0 and math.isfinite(value):
+                self.peaks[r].add(value)
+
+    def exhausted(
+        self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
+    ) -> None:
+        self.killed += (1.0 - self.killed) / RECENT
+        if self.peaks[resource].n:  # before the first record, the cold start learns it
+            self.peaks[resource].add(measured)

@@ -1,0 +1,138 @@
+"""An online selector: per category, allocate with the sizer that would have done best so far.
+
+Every candidate sizer sees every record. Before it learns from a record, the selector
+asks each candidate what it would have given that task and scores the answer in the
+shadow: per resource, the task's use over what the candidate would have allocated, a
+kill costing the share of the run the real runs show (:mod:`learners.kill_times`,
+median) plus the candidate's retry; cores below the use stretch the run. A
+candidate's score is its shadow AWE (the mean over resources) less its share of
+shadow kills, so that a candidate buys efficiency with retries only where they are
+cheap. Until a category has :data:`WARMUP` scored records the first candidate
+allocates; a retry stays with the candidate that allocated the first attempt's
+category now.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from learners.kill_times import CALIBRATED, LEVELS
+from learners.resources import PACKED, Resources
+from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
+from learners.sizing.composite import Composite
+from learners.sizing.history import History
+
+WARMUP = 5
+"""Records a category's shadow scores need before they choose."""
+KILL_SHARE: dict[str, float] = {
+    r: float(np.interp(0.5, LEVELS, CALIBRATED.fraction[r][-1])) for r in CALIBRATED.fraction
+}
+"""Median share of its run an attempt runs before it is killed, per resource."""
+
+
+@dataclass
+class Shadow:
+    """One candidate's account in one category."""
+
+    consumed: dict[str, float] = field(default_factory=dict)
+    allocated: dict[str, float] = field(default_factory=dict)
+    records: int = 0
+    kills: int = 0
+
+    @property
+    def score(self) -> float:
+        shares = [
+            self.consumed[r] / a for r, a in self.allocated.items() if a > 0 and r in self.consumed
+        ]
+        awe = sum(shares) / len(shares) if shares else 0.0
+        return awe - self.kills / max(self.records, 1)
+
+    def account(self, candidate: Composite, record: Record) -> None:
+        """What ``candidate``'s allocation for ``record``'s task would have cost."""
+        self.records += 1
+        task, peak = record.task, record.peak
+        wall = peak.wall if math.isfinite(peak.wall) else 0.0
+        try:
+            alloc = candidate.allocate(task)
+        except Unfittable:
+            self.kills += 1
+            return
+        packed = [r for r in candidate.resources if r in PACKED]
+        short = [r for r in packed if r != "cores" and peak[r] > alloc[r] + 1e-9]
+        stretch = max(1.0, peak.cores / alloc.cores) if alloc.cores > 0 else 1.0
+        retry = alloc
+        if short:
+            self.kills += 1
+            for r in short:
+                try:
+                    retry = candidate.allocate(task, retry, Exhaustion(r, alloc[r]))
+                except Unfittable:
+                    return
+        for r in packed:
+            used = min(peak[r], alloc[r]) if r == "cores" else peak[r]
+            self.consumed[r] = self.consumed.get(r, 0.0) + used * wall * stretch
+            given = retry[r] * wall * stretch
+            if short:
+                given += alloc[r] * wall * max(KILL_SHARE.get(s, 0.0) for s in short)
+            self.allocated[r] = self.allocated.get(r, 0.0) + given
+
+
+class Selector:
+    """A :class:`~learners.sizing.base.Sizer` choosing, per category, among ``candidates``."""
+
+    def __init__(self, name: str, candidates: Sequence[Composite]) -> None:
+        if not candidates:
+            raise ValueError("a selector needs candidates")
+        self.name = name
+        self.candidates = tuple(candidates)
+        self.resources = self.candidates[0].resources
+        self.worker = self.candidates[0].worker
+        self.history = History()
+        self.shadows: dict[str, list[Shadow]] = {}
+
+    def chosen(self, category: str) -> Composite:
+        """The candidate with the best shadow score in ``category`` (the first while warming up)."""
+        shadows = self.shadows.get(category)
+        if not shadows or shadows[0].records < WARMUP:
+            return self.candidates[0]
+        best = max(range(len(shadows)), key=lambda i: (shadows[i].score, -i))
+        return self.candidates[best]
+
+    def allocate(
+        self,
+        task: TaskFeatures,
+        previous: Resources | None = None,
+        exhaustion: Exhaustion | None = None,
+    ) -> Resources:
+        return self.chosen(task.category).allocate(task, previous, exhaustion)
+
+    def observe(self, record: Record) -> None:
+        category = record.task.category
+        shadows = self.shadows.setdefault(category, [Shadow() for _ in self.candidates])
+        for shadow, candidate in zip(shadows, self.candidates, strict=True):
+            shadow.account(candidate, record)
+            candidate.observe(record)
+        self.history.add(record)
+
+    def observe_exhaustion(
+        self, task: TaskFeatures, allocation: Resources, exhaustion: Exhaustion
+    ) -> None:
+        for candidate in self.candidates:
+            candidate.observe_exhaustion(task, allocation, exhaustion)
+
+    def capacity(self, task: TaskFeatures) -> Resources:
+        return self.candidates[0].capacity(task)
+
+    def state(self) -> dict[str, Any]:
+        """What the sizer learnt, as plain data (its latest records)."""
+        return self.history.state()
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Learn again what :meth:`state` kept (from an earlier run of the same workflow)."""
+        for record in History.records(state):
+            self.observe(record)

@@ -1,0 +1,71 @@
+"""The sizer's state as a run uses it: one per workflow in the store, saved as it learns.
+
+What a run learnt of a workflow's tasks serves its next run, as the queue-wait
+learner's state does (orchestrator/waits.py): the first tasks of a category start
+from the records of the last run instead of from nothing. The sizer keeps its
+state as plain data (``state()`` / ``restore()``); this module only moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from learners.resources import Resources
+from orchestrator.store import Store
+from workflows.spec import Allocation, Stage
+
+
+@runtime_checkable
+class Remembering(Protocol):
+    """A sizer whose state can outlive a run."""
+
+    def state(self) -> dict[str, Any]: ...
+
+    def restore(self, state: Mapping[str, Any]) -> None: ...
+
+
+@dataclass
+class SizingState:
+    """Loads a workflow's sizer state into a sizer, and saves it when it changed."""
+
+    sizer: Remembering
+    name: str
+    saved: dict[str, Any] | None = None
+
+    @classmethod
+    async def load(cls, store: Store, workflow: str, sizer: object) -> SizingState | None:
+        """The state of ``workflow`` restored into ``sizer`` (None: a sizer without state)."""
+        if not isinstance(sizer, Remembering):
+            return None
+        name = store_name(workflow)
+        state = await store.load_learner(name)
+        if state is not None:
+            sizer.restore(state)
+        return cls(sizer, name, sizer.state())
+
+    async def save(self, store: Store) -> None:
+        state = self.sizer.state()
+        if state != self.saved:
+            await store.save_learner(self.name, state)
+            self.saved = state
+
+
+def store_name(workflow: str) -> str:
+    """One sizer state per workflow in a store: ``sizing/<workflow>``."""
+    return f"sizing/{workflow}"
+
+
+def stage_share(stage: Stage, worker: Resources, tasks: int) -> dict[str, float]:
+    """A task's share of its stage's allocation: the stage's nodes (``worker`` each) over
+    its ``tasks``; a stage's first tasks sized so all run side by side."""
+    nodes = _nodes(stage.allocation, worker)
+    count = max(tasks, 1)
+    return {r: worker[r] * nodes / count for r in ("cores", "memory", "disk")}
+
+
+def _nodes(allocation: Allocation, worker: Resources) -> int:
+    if allocation.nodes is not None:
+        return allocation.nodes
+    return max(1, -(-allocation.cores // max(int(worker.cores), 1)))

@@ -1,0 +1,81 @@
+"""A sizer's state outlives a run: its records, kept in the store per workflow."""
+
+from __future__ import annotations
+
+import pytest
+
+from learners.resources import Resources
+from learners.sizing import Record, TaskFeatures, make_sizer
+from learners.sizing.history import KEPT, History
+from orchestrator import clock
+from orchestrator.sizing_state import SizingState, stage_share, store_name
+from orchestrator.store import Store
+from workflows.spec import loads
+
+WORKER = Resources(16, 64000, 64000)
+
+
+def records(n: int, category: str = "align") -> list[Record]:
+    return [
+        Record(TaskFeatures(category, 1e9 + i), Resources(2, 1000 + 10 * i, 500, 60), (1.0, 2.0), 2)
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("name", ["select", "budget", "ksegments", "greedy", "max-seen"])
+def test_a_restored_sizer_allocates_as_the_one_that_learnt(name):
+    learnt = make_sizer(name, worker=WORKER)
+    for r in records(30):
+        learnt.observe(r)
+    fresh = make_sizer(name, worker=WORKER)
+    fresh.restore(learnt.state())
+    task = TaskFeatures("align", 2e9)
+    assert fresh.allocate(task) == learnt.allocate(task)
+
+
+def test_the_history_keeps_the_latest_records_of_each_category():
+    history = History()
+    for r in [*records(KEPT + 10), *records(3, "index")]:
+        history.add(r)
+    kept = list(History.records(history.state()))
+    assert len(kept) == KEPT + 3
+    assert kept[0].peak.memory == 1000 + 10 * 10  # the ten oldest went
+    assert list(History.records({"version": 0, "categories": {}})) == []
+
+
+def test_the_store_carries_the_state_to_the_next_run_of_the_workflow():
+    async def main():
+        async with await Store.open(":memory:") as store:
+            first = make_sizer("select", worker=WORKER)
+            state = await SizingState.load(store, "wf", first)
+            assert state is not None
+            for r in records(10):
+                first.observe(r)
+            await state.save(store)
+            saved = await store.load_learner(store_name("wf"))
+            second = make_sizer("select", worker=WORKER)
+            await SizingState.load(store, "wf", second)
+            other = make_sizer("select", worker=WORKER)
+            await SizingState.load(store, "another", other)
+            return saved, first, second, other
+
+    saved, first, second, other = clock.run(main(), virtual=False)
+    assert len(saved["categories"]["align"]) == 10
+    task = TaskFeatures("align")
+    assert second.allocate(task) == first.allocate(task)
+    assert other.allocate(task) == Resources(16, 64000, 64000)  # nothing known: a whole worker
+
+
+def test_a_task_share_is_the_stage_allocation_over_its_tasks():
+    workflow = loads(
+        """
+        name = "w"
+        [[stage]]
+        name = "s"
+        allocation = { cores = 8, nodes = 2, time = "5m" }
+        tasks = { command = "true", count = 16 }
+        """
+    )
+    (stage,) = workflow.stages
+    share = stage_share(stage, Resources(4, 8000, 80000), 16)
+    assert share == {"cores": 0.5, "memory": 1000.0, "disk": 10000.0}
