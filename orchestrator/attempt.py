@@ -33,6 +33,11 @@ class AttemptSpec:
     command: str
     allocation: Resources
     category: str = ""
+    workdir: str = ""
+    """The directory the command runs in (the workflow's working directory); empty: its
+    scratch directory."""
+    outputs: tuple[str, ...] = ()
+    """Paths or glob patterns, relative to ``workdir``, that the attempt must create."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +54,34 @@ class AttemptResult:
     sample_interval_s: float | None = None
     output_tail: str = ""
     """Last lines of the task's stdout/stderr, reported when it did not succeed."""
+
+
+def cause(result: AttemptResult, allocation: Resources) -> str | None:
+    """Why an attempt did not succeed, in a few words (None when it did): ``memory 812 MB >
+    500 MB``, ``exit code 3``, ``worker left: disconnected``."""
+    if result.outcome is Outcome.SUCCESS:
+        return None
+    if result.outcome is Outcome.EXHAUSTED and result.exhaustion is not None:
+        e = result.exhaustion
+        unit = " s" if e.resource == "wall" else " MB"
+        return f"{e.resource} {e.measured:,.0f}{unit} > {allocation[e.resource]:,.0f}{unit}"
+    said = next(
+        (line[len(_OURS) :] for line in result.output_tail.splitlines() if line.startswith(_OURS)),
+        None,
+    )
+    if said is not None and not said.startswith("killed:"):
+        return said
+    if result.outcome is Outcome.FAILED and result.exit_code is not None:
+        return f"exit code {result.exit_code}"
+    return str(result.outcome)
+
+
+def cause_kind(result: AttemptResult) -> str:
+    """The kind of an attempt's end, for counting: lost, memory, disk, wall, failed or success."""
+    if result.outcome is Outcome.EXHAUSTED and result.exhaustion is not None:
+        return result.exhaustion.resource
+    return str(result.outcome)
+
+
+_OURS = "[leadtime] "
+"""How the worker's own lines in a task's output tail begin."""

@@ -73,6 +73,11 @@ class RemoteWorker:
         """Attempts sent and not yet answered."""
         return len(self._pending)
 
+    @property
+    def attempts(self) -> dict[tuple[str, int], float]:
+        """The attempts sent and not yet answered, and when each was sent (loop clock)."""
+        return {key: start for key, (_, start) in self._pending.items()}
+
     async def run(self, spec: AttemptSpec) -> AttemptResult:
         """Run ``spec`` on this worker; LOST if the worker leaves first.
 

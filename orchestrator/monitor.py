@@ -2,8 +2,11 @@
 
 A task is measured as a whole, over its process tree: memory is the RSS
 summed over the tree, cores are CPU time over wall time (and the peak of
-that ratio over a sliding window), disk is the size of its sandbox, wall
-time is wall time. The moment memory, disk or wall time goes above the
+that ratio over a sliding window), disk is what it wrote where it may write
+(its scratch directory and its declared outputs), wall time is wall time. Its
+processes are those its leader started, the orphans still in its group, and
+any other carrying its attempt's token (:mod:`orchestrator.lineage`): a
+daemon that left the session is still measured. The moment memory, disk or wall time goes above the
 allocation the task's owner is told, and kills it.
 
 :class:`Usage` is the pure part: it folds samples into peaks and a memory
@@ -23,14 +26,16 @@ import contextlib
 import logging
 import math
 import os
+import signal
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator import clock
+from orchestrator.lineage import Lineage
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +82,7 @@ class Sample:
     cpu: float
     """CPU seconds used by the tree so far."""
     disk: float
-    """MB in the sandbox."""
+    """MB it wrote (scratch and declared outputs)."""
 
 
 def broken_limit(allocation: Resources, sample: Sample) -> Exhaustion | None:
@@ -149,14 +154,21 @@ class Usage:
             series[:] = [max(series[i : i + 2]) for i in range(0, len(series), 2)]
             self._step *= 2
 
-    def finish(self, wall: float, cpu: float, max_rss: float, disk: float) -> Resources:
-        """Peaks at the end, given exact totals from the reaped process.
+    def finish(
+        self, wall: float, cpu: float, max_rss: float, disk: float, spawner_rss: float = 0.0
+    ) -> Resources:
+        """Peaks at the end, given totals from the reaped process.
 
-        ``cpu`` is its CPU seconds and ``max_rss`` the largest RSS (MB) any one
-        process of the tree reached (``wait4``), ``disk`` the final sandbox size.
+        ``cpu`` is its CPU seconds, ``disk`` the final size of what it wrote, and ``max_rss``
+        the largest RSS (MB) any one process of the tree reached as ``wait4`` tells it. The
+        kernel carries the high-water RSS of the process that forked the task
+        (``spawner_rss``: the worker's) over into the task's at ``exec``, so ``max_rss`` is
+        the task's own only when it is above that; otherwise it is only an upper bound,
+        used when no sample was taken.
         """
         self.cpu = max(self.cpu, cpu)
-        self.memory = max(self.memory, max_rss)
+        if max_rss > spawner_rss or not self.samples:
+            self.memory = max(self.memory, max_rss)
         self.disk = max(self.disk, disk)
         if self._series and max(self._series) < self.memory:
             # The exact peak came between samples; the series must not hide it.
@@ -180,7 +192,10 @@ class Watch:
     """One task under the monitor's eye (the session ``pid`` leads)."""
 
     pid: int
-    sandbox: Path
+    disk: Callable[[], int]
+    """Bytes the task has written, where it may write."""
+    token: str | None
+    """Its attempt's token: processes carrying it are its own wherever they went."""
     usage: Usage
     on_exceeded: Callable[[Exhaustion], None]
     start: float
@@ -196,21 +211,26 @@ class Monitor:
 
     def __init__(self, config: MonitorConfig | None = None) -> None:
         self.config = config or MonitorConfig()
+        self.lineage = Lineage()
+        """The tokens of the node's processes, as the ticks saw them."""
         self._due: list[Watch] = []
 
     def watch(
         self,
         pid: int,
-        sandbox: Path,
+        disk: Callable[[], int],
         allocation: Resources,
         on_exceeded: Callable[[Exhaustion], None],
         start: float | None = None,
+        token: str | None = None,
     ) -> Watch:
-        """Watch the session ``pid`` leads, which started at ``start`` (default: now)."""
+        """Watch the session ``pid`` leads (and the processes carrying ``token``), which
+        started at ``start`` (default: now); ``disk`` measures what it wrote."""
         loop = asyncio.get_running_loop()
         watch = Watch(
             pid,
-            sandbox,
+            disk,
+            token,
             Usage(allocation, self.config),
             on_exceeded,
             clock.now() if start is None else start,
@@ -245,10 +265,12 @@ class Monitor:
         if not due:
             return
         table = _ProcessTable()
+        self.lineage.look(table.started)
         for watch in due:
-            memory, cpu = table.usage(watch.pid)
+            strays = self.lineage.of_attempt(watch.token) if watch.token else ()
+            memory, cpu = table.usage(watch.pid, strays)
             now = clock.now()
-            sample = Sample(now - watch.start, memory / MB, cpu, directory_size(watch.sandbox) / MB)
+            sample = Sample(now - watch.start, memory / MB, cpu, watch.disk() / MB)
             exhaustion = watch.usage.add(sample)
             if exhaustion is not None:
                 self._exceeded(watch, exhaustion)
@@ -278,6 +300,8 @@ class _ProcessTable:
         self.children: dict[int, list[int]] = defaultdict(list)
         self.groups: dict[int, list[int]] = defaultdict(list)
         self.stats: dict[int, list[bytes]] = {}
+        self.started: dict[int, int] = {}
+        """Each process's start time (clock ticks since boot): with its pid, its identity."""
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -290,13 +314,15 @@ class _ProcessTable:
             fields = data[data.rindex(b")") + 2 :].split()
             pid = int(name)
             self.stats[pid] = fields
+            self.started[pid] = int(fields[19])
             self.children[int(fields[1])].append(pid)
             self.groups[int(fields[2])].append(pid)
 
-    def tree(self, leader: int) -> set[int]:
-        """The session ``leader`` started: its descendants, and orphans still in its group."""
+    def tree(self, leader: int, strays: Iterable[int] = ()) -> set[int]:
+        """The session ``leader`` started: its descendants, orphans still in its group, and
+        ``strays`` (processes known to be its own that left it) with their descendants."""
         seen: set[int] = set()
-        stack = [leader, *self.groups.get(leader, ())]
+        stack = [leader, *self.groups.get(leader, ()), *strays]
         while stack:
             pid = stack.pop()
             if pid not in seen:
@@ -304,10 +330,10 @@ class _ProcessTable:
                 stack.extend(self.children.get(pid, ()))
         return seen
 
-    def usage(self, leader: int) -> tuple[float, float]:
+    def usage(self, leader: int, strays: Iterable[int] = ()) -> tuple[float, float]:
         """RSS bytes summed over the tree, and its CPU seconds (with reaped children's)."""
         rss = ticks = 0
-        for pid in self.tree(leader):
+        for pid in self.tree(leader, strays):
             fields = self.stats.get(pid)
             if fields is not None:
                 ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
@@ -316,27 +342,18 @@ class _ProcessTable:
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def high_water_rss() -> float:
+    """This process's largest RSS so far (MB): what a child it forks inherits as its own."""
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def directory_size(path: Path) -> int:
-    """Bytes in the files under ``path`` (apparent sizes; links not followed)."""
-    total = 0
-    stack = [path]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(Path(entry.path))
-                        else:
-                            total += entry.stat(follow_symlinks=False).st_size
-                    except FileNotFoundError:
-                        continue
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-    return total
 
 
 # --- the kernel's backstop ------------------------------------------------------------------
@@ -407,6 +424,18 @@ class MemoryCgroups:
             return False
         counts = dict(zip(events[::2], events[1::2], strict=False))
         return int(counts.get("oom_kill", "0")) > 0
+
+    def kill(self, cgroup: Path) -> None:
+        """Kill every process left in ``cgroup``: none of them can have escaped it."""
+        try:
+            (cgroup / "cgroup.kill").write_text("1")  # Linux 5.14 and later
+            return
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            for pid in (cgroup / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(pid), signal.SIGKILL)
 
     def remove(self, cgroup: Path) -> None:
         try:

@@ -75,6 +75,8 @@ MAX_ID = 256
 MAX_COMMAND = 2**20
 MAX_TAIL = 64 * 2**10
 MAX_SERIES = 2**16
+MAX_PATH = 4096
+MAX_OUTPUTS = 1024
 
 _HEADER = 4
 
@@ -349,6 +351,7 @@ def _array(value: Any, name: str, length: int | None = None, max_len: int = 2**2
 _task_id = _text(MAX_ID, empty=False)
 _name = _text(MAX_ID)
 _command = _text(MAX_COMMAND, empty=False)
+_path = _text(MAX_PATH)
 _tail = _text(MAX_TAIL)
 _attempt = _integer(0, 2**31)
 _exit_code = _optional(_integer(-(2**31), 2**31))
@@ -479,6 +482,8 @@ def spec_item(spec: AttemptSpec) -> list:
         spec.command,
         [a.cores, a.memory, a.disk, a.wall],
         spec.category,
+        spec.workdir,
+        list(spec.outputs),
     ]
 
 
@@ -486,7 +491,7 @@ def specs(message: dict) -> list[AttemptSpec]:
     """The attempts of a ``run`` message."""
     out = []
     for item in _items(message):
-        task_id, attempt, command, allocation, category = _array(item, "spec", 5)
+        task_id, attempt, command, allocation, category, workdir, outputs = _array(item, "spec", 7)
         out.append(
             AttemptSpec(
                 task_id=_task_id(task_id, "task_id"),
@@ -494,6 +499,10 @@ def specs(message: dict) -> list[AttemptSpec]:
                 command=_command(command, "command"),
                 allocation=_resources(allocation, "allocation", wall=True),
                 category=_name(category, "category"),
+                workdir=_path(workdir, "workdir"),
+                outputs=tuple(
+                    _path(o, "outputs") for o in _array(outputs, "outputs", max_len=MAX_OUTPUTS)
+                ),
             )
         )
     return out
@@ -514,6 +523,10 @@ def check_spec(spec: AttemptSpec) -> None:
         and 0 < len(spec.command) <= MAX_COMMAND
         and type(spec.category) is str
         and len(spec.category) <= MAX_ID
+        and type(spec.workdir) is str
+        and len(spec.workdir) <= MAX_PATH
+        and len(spec.outputs) <= MAX_OUTPUTS
+        and all(type(o) is str and len(o) <= MAX_PATH for o in spec.outputs)
         and 0 <= a.cores <= _FINITE
         and 0 <= a.memory <= _FINITE
         and 0 <= a.disk <= _FINITE

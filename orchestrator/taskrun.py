@@ -1,10 +1,14 @@
-"""Run one attempt: a shell command in its own sandbox, session and cores.
+"""Run one attempt: a shell command in the working directory, in its own session and cores.
 
-The command runs as ``/bin/sh -c COMMAND`` in ``<root>/<task>.<attempt>/``,
-leading a new session (so the whole tree can be killed as one process
-group), pinned to the cores it was given, with stdout and stderr in files in
-the sandbox. The :class:`~orchestrator.monitor.Monitor` watches it; when it
-breaks a limit the group gets SIGTERM, then SIGKILL after a grace.
+The command runs as ``/bin/sh -c COMMAND`` in the workflow's working directory (where
+relative paths lead, as in a batch script), leading a new session (so the whole tree can be
+killed as one process group), pinned to the cores it was given. Each attempt has a private
+scratch directory, ``<root>/<task>.<attempt>/`` (``$LEADTIME_SCRATCH`` and ``$TMPDIR``), which
+holds its stdout and stderr and is removed when it ends (kept after a failure, by default).
+The :class:`~orchestrator.monitor.Monitor` watches it; when it breaks a limit the group gets
+SIGTERM, then SIGKILL after a grace. When it ends, whatever it started is killed, wherever it
+went (:mod:`orchestrator.lineage`, and its cgroup where there is one), and its declared outputs
+are checked, or removed if it did not succeed (:mod:`orchestrator.footprint`).
 
 A child's exit is noticed through a pidfd (SIGCHLD on kernels before 5.3),
 with no thread per child, and before the child is reaped: whatever is left
@@ -34,9 +38,11 @@ from typing import Literal
 
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import clock
+from orchestrator import clock, footprint
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
-from orchestrator.monitor import MB, MemoryCgroups, Monitor, directory_size
+from orchestrator.footprint import Footprint
+from orchestrator.lineage import ATTEMPT_TOKEN, WORKER_TOKEN, new_token
+from orchestrator.monitor import MB, MemoryCgroups, Monitor, high_water_rss
 from orchestrator.protocol import MAX_TAIL, SECRET_ENV
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,8 @@ class RunnerConfig:
     kill_grace_s: float = 1.0
     """Between SIGTERM and SIGKILL when a task is stopped."""
     shell: str = "/bin/sh"
+    worker_token: str = ""
+    """Every task of this worker carries it (:mod:`orchestrator.lineage`)."""
 
 
 _PARAMETER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -91,9 +99,13 @@ class _Running:
     pid: int
     exited: asyncio.Future
     """Done the moment the reaper has reaped it: its pid may then be reused."""
+    token: str
+    """Its attempt's token: every process it starts carries it."""
     exhaustion: Exhaustion | None = None
     lost: str | None = None
     """Why it was stopped, if it was stopped for another reason than a limit."""
+    missing: list[str] | None = None
+    """Declared outputs it did not create, though it exited 0."""
     kill_timer: asyncio.TimerHandle | None = None
 
 
@@ -121,6 +133,7 @@ class Runner:
         return len(self._running)
 
     def sandbox(self, spec: AttemptSpec) -> Path:
+        """The attempt's scratch directory."""
         return self.config.root / sandbox_name(spec.task_id, spec.attempt)
 
     async def run(self, spec: AttemptSpec, cpus: frozenset[int] | None = None) -> AttemptResult:
@@ -132,18 +145,26 @@ class Runner:
         if sandbox.exists():
             shutil.rmtree(sandbox)
         sandbox.mkdir()
+        workdir = Path(spec.workdir) if spec.workdir else sandbox
+        if not workdir.is_dir():
+            self._clean(sandbox, None, success=False)
+            return self._refused(spec, f"no working directory {workdir} on this node")
+        footprint.remove(workdir, spec.outputs)  # stale or half-written: not this attempt's
         cgroup = self.cgroups.create(sandbox.name, spec.allocation.memory) if self.cgroups else None
+        token = new_token()
+        spawner_rss = high_water_rss()
         start = clock.now()
         try:
-            pid = self._spawn(spec, sandbox, cpus)
+            pid = self._spawn(spec, sandbox, workdir, token, cpus)
         except OSError as e:
             self._clean(sandbox, cgroup, success=False)
-            return self._failed_to_start(spec, e)
-        running = self._running[key] = _Running(pid, _reaper().track(pid))
+            return self._refused(spec, f"cannot start {self.config.shell}: {e}")
+        running = self._running[key] = _Running(pid, _reaper().track(pid), token)
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.add(cgroup, pid)
+        wrote = Footprint(sandbox, workdir, spec.outputs)
         watch = self.monitor.watch(
-            pid, sandbox, spec.allocation, lambda e: self._exceeded(running, e), start
+            pid, wrote.bytes, spec.allocation, lambda e: self._exceeded(running, e), start, token
         )
         try:
             status, rusage = await asyncio.shield(running.exited)
@@ -155,14 +176,21 @@ class Runner:
                 running.kill_timer.cancel()
             if not running.exited.done():  # we were cancelled: leave nothing behind
                 _signal_group(pid, signal.SIGKILL)
+            self._end(running, cgroup)
         peak = watch.usage.finish(
             wall,
             cpu=rusage.ru_utime + rusage.ru_stime,
             max_rss=rusage.ru_maxrss * 1024 / MB,
-            disk=directory_size(sandbox) / MB,
+            disk=wrote.bytes() / MB,
+            spawner_rss=spawner_rss,
         )
         exit_code = os.waitstatus_to_exitcode(status)
         outcome, exhaustion = self._classify(spec, running, exit_code, peak, cgroup)
+        absent = footprint.missing(workdir, spec.outputs) if outcome is Outcome.SUCCESS else []
+        if absent:
+            outcome, running.missing = Outcome.FAILED, absent
+        if outcome is not Outcome.SUCCESS:
+            footprint.remove(workdir, spec.outputs)
         series = watch.usage.series
         result = AttemptResult(
             task_id=spec.task_id,
@@ -194,8 +222,23 @@ class Runner:
 
     # --- inside ---------------------------------------------------------------------------
 
-    def _spawn(self, spec: AttemptSpec, sandbox: Path, cpus: frozenset[int] | None) -> int:
-        env = self._environment(spec, sandbox)
+    def _end(self, running: _Running, cgroup: Path | None) -> None:
+        """The attempt's leader is gone: so is everything it started, wherever it went."""
+        if cgroup is not None and self.cgroups is not None:
+            self.cgroups.kill(cgroup)
+        strays = self.monitor.lineage.sweep(running.token)
+        if strays:
+            log.info("killed %d process(es) an attempt left behind", strays)
+
+    def _spawn(
+        self,
+        spec: AttemptSpec,
+        sandbox: Path,
+        workdir: Path,
+        token: str,
+        cpus: frozenset[int] | None,
+    ) -> int:
+        env = self._environment(spec, sandbox, workdir, token)
         with (
             open(sandbox / STDOUT, "wb") as out,
             open(sandbox / STDERR, "wb") as err,
@@ -203,7 +246,7 @@ class Runner:
         ):
             proc = subprocess.Popen(
                 [self.config.shell, "-c", spec.command],
-                cwd=sandbox,
+                cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -225,7 +268,9 @@ class Runner:
         finally:
             os.sched_setaffinity(0, self._affinity)
 
-    def _environment(self, spec: AttemptSpec, sandbox: Path) -> dict[str, str]:
+    def _environment(
+        self, spec: AttemptSpec, sandbox: Path, workdir: Path, token: str
+    ) -> dict[str, str]:
         a = spec.allocation
         threads = str(max(1, math.ceil(a.cores - 1e-9)))
         return {
@@ -236,7 +281,10 @@ class Runner:
             "LEADTIME_CORES": _plain(a.cores),
             "LEADTIME_MEMORY_MB": _plain(a.memory),
             "LEADTIME_DISK_MB": _plain(a.disk),
-            "LEADTIME_SANDBOX": str(sandbox),
+            "LEADTIME_WORKDIR": str(workdir),
+            "LEADTIME_SCRATCH": str(sandbox),
+            ATTEMPT_TOKEN: token,
+            WORKER_TOKEN: self.config.worker_token,
             "TMPDIR": str(sandbox),
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
@@ -283,7 +331,10 @@ class Runner:
     def _tail(self, spec: AttemptSpec, sandbox: Path, running: _Running) -> str:
         """The last lines of stdout and stderr (and why the task was stopped)."""
         parts = []
-        if running.lost is not None:
+        if running.missing:
+            shown = ", ".join(repr(p) for p in running.missing)
+            parts.append(f"[leadtime] exited 0 but did not create its declared output {shown}")
+        elif running.lost is not None:
             parts.append(f"[leadtime] stopped: {running.lost}")
         elif running.exhaustion is not None:
             e = running.exhaustion
@@ -316,13 +367,14 @@ class Runner:
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.remove(cgroup)
 
-    def _failed_to_start(self, spec: AttemptSpec, error: OSError) -> AttemptResult:
+    def _refused(self, spec: AttemptSpec, why: str) -> AttemptResult:
+        """An attempt that could not start."""
         return AttemptResult(
             task_id=spec.task_id,
             attempt=spec.attempt,
             outcome=Outcome.FAILED,
             peak=Resources(wall=0.0),
-            output_tail=f"[leadtime] cannot start {self.config.shell}: {error}",
+            output_tail=f"[leadtime] {why}",
         )
 
 

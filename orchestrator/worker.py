@@ -8,7 +8,9 @@ with a clear error. It leaves cleanly (exit code 0) when the manager asks,
 on SIGTERM, or when its pilot's time is up (it stops taking tasks a margin
 before). If the manager vanishes, the worker kills its running attempts
 (the manager has counted them lost) and tries to reconnect; after
-``connect_timeout_s`` without a manager it exits.
+``connect_timeout_s`` without a manager it exits. Nothing a task starts
+outlives the worker: if the worker itself is killed, its sentinel kills
+what its tasks left (:mod:`orchestrator.lineage`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from learners.resources import PACKED, Resources
 from orchestrator import clock, protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.command import App
+from orchestrator.lineage import Sentinel, new_token
 from orchestrator.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
 from orchestrator.protocol import (
     AuthError,
@@ -85,6 +88,8 @@ class WorkerOptions:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     cgroups: bool = True
     """Use cgroup v2 ``memory.max`` as a backstop where the system delegates it."""
+    token: str = field(default_factory=new_token)
+    """Every task of this worker carries it: what its sentinel kills (:mod:`.lineage`)."""
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -247,6 +252,7 @@ class Agent:
                 root=options.root,
                 keep_sandboxes=options.keep_sandboxes,
                 kill_grace_s=options.kill_grace_s,
+                worker_token=options.token,
             ),
             Monitor(options.monitor),
             cgroups=cgroups,
@@ -563,8 +569,12 @@ def command(
         print(f"leadtime worker: error: {e}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE) from None
     code = EXIT_RELEASED
-    with contextlib.suppress(KeyboardInterrupt):
-        code = asyncio.run(serve(options))
+    sentinel = Sentinel(options.token)  # before anything runs: no task outlives this process
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            code = asyncio.run(serve(options))
+    finally:
+        sentinel.close()
     raise typer.Exit(code)
 
 

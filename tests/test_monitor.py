@@ -12,6 +12,7 @@ import pytest
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator.attempt import AttemptSpec, Outcome
+from orchestrator.footprint import directory_size
 from orchestrator.monitor import (
     MemoryCgroups,
     Monitor,
@@ -19,7 +20,6 @@ from orchestrator.monitor import (
     Sample,
     Usage,
     broken_limit,
-    directory_size,
 )
 from orchestrator.taskrun import Runner, RunnerConfig
 

@@ -91,18 +91,22 @@ def test_specs_round_trip_with_unbounded_wall_time():
 @pytest.mark.parametrize(
     "item, error",
     [
-        (["t", 0, "true", [1, 1, 1, math.inf]], "5 elements"),
-        (["", 0, "true", [1, 1, 1, 1], ""], "task_id"),
-        (["t", -1, "true", [1, 1, 1, 1], ""], "attempt"),
-        (["t", True, "true", [1, 1, 1, 1], ""], "attempt"),
-        (["t", 0, "", [1, 1, 1, 1], ""], "command"),
-        (["t", 0, "true", [1, -1, 1, 1], ""], "allocation"),
-        (["t", 0, "true", [1, math.nan, 1, 1], ""], "allocation"),
-        (["t", 0, "true", [math.inf, 1, 1, 1], ""], "finite"),
-        (["t", 0, "true", [1, 1, 1], ""], "allocation"),
-        (["t", 0, "true", [1, "1", 1, 1], ""], "allocation"),
-        (["t", 0, 42, [1, 1, 1, 1], ""], "command"),
-        (["x" * 1000, 0, "true", [1, 1, 1, 1], ""], "task_id"),
+        (["t", 0, "true", [1, 1, 1, math.inf], ""], "7 elements"),
+        (["", 0, "true", [1, 1, 1, 1], "", "", []], "task_id"),
+        (["t", -1, "true", [1, 1, 1, 1], "", "", []], "attempt"),
+        (["t", True, "true", [1, 1, 1, 1], "", "", []], "attempt"),
+        (["t", 0, "", [1, 1, 1, 1], "", "", []], "command"),
+        (["t", 0, "true", [1, -1, 1, 1], "", "", []], "allocation"),
+        (["t", 0, "true", [1, math.nan, 1, 1], "", "", []], "allocation"),
+        (["t", 0, "true", [math.inf, 1, 1, 1], "", "", []], "finite"),
+        (["t", 0, "true", [1, 1, 1], "", "", []], "allocation"),
+        (["t", 0, "true", [1, "1", 1, 1], "", "", []], "allocation"),
+        (["t", 0, 42, [1, 1, 1, 1], "", "", []], "command"),
+        (["x" * 1000, 0, "true", [1, 1, 1, 1], "", "", []], "task_id"),
+        (["t", 0, "true", [1, 1, 1, 1], "", 7, []], "workdir"),
+        (["t", 0, "true", [1, 1, 1, 1], "", "/w", "out"], "outputs"),
+        (["t", 0, "true", [1, 1, 1, 1], "", "/w", [3]], "outputs"),
+        (["t", 0, "true", [1, 1, 1, 1], "", "/w", ["x" * 5000]], "outputs"),
     ],
 )
 def test_invalid_specs_are_refused(item, error):
@@ -311,7 +315,10 @@ junk = st.recursive(
     max_leaves=8,
 )
 VALID = {
-    "run": (protocol.specs, protocol.spec_item(AttemptSpec("t", 0, "true", Resources(1, 2, 3)))),
+    "run": (
+        protocol.specs,
+        protocol.spec_item(AttemptSpec("t", 0, "true", Resources(1, 2, 3), "c", "/w", ("o",))),
+    ),
     "result": (
         protocol.results,
         protocol.result_item(

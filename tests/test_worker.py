@@ -93,7 +93,8 @@ async def test_environment_and_sandbox(tmp_path):
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "2"
     assert env["LEADTIME_MEMORY_MB"] == "2000000"
     assert env["LEADTIME_DISK_MB"] == "40"
-    assert env["LEADTIME_SANDBOX"] == env["TMPDIR"] == env["cwd"] == str(sandbox)
+    assert env["LEADTIME_SCRATCH"] == env["TMPDIR"] == str(sandbox)
+    assert env["LEADTIME_WORKDIR"] == env["cwd"] == str(sandbox)  # no working directory given
     assert env["KEEP_ME"] == "yes"
     assert protocol.SECRET_ENV not in env
 

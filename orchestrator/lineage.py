@@ -1,0 +1,172 @@
+"""Which attempt a process belongs to, and making sure none outlives it.
+
+A task may leave its process group and session (``setsid``, a daemon's double fork) and be
+re-parented to init: its parentage no longer leads back to the worker. What it keeps is its
+environment, inherited by every process it starts: each attempt runs with
+``LEADTIME_ATTEMPT_TOKEN`` and ``LEADTIME_WORKER_TOKEN`` set, and a process carrying a token
+is that attempt's, or that worker's, wherever it went (the way TaskVine's resource monitor
+follows a task's processes, without its library preloading). A process that empties its
+environment escapes this; under Slurm the job's end still kills it.
+
+:class:`Lineage` remembers the tokens of the processes it has seen (an environment is read
+once per process, not once per look), so sweeping after an attempt costs a listing of
+``/proc`` and a read of each process started since the last look. :class:`Sentinel` covers the
+worker's own death: a small process forked before the worker runs anything, in a session of
+its own, which learns of the worker's end from a pipe the kernel closes however the worker
+died (SIGKILL included), then kills every process carrying the worker's token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import select
+import signal
+from collections.abc import Iterable
+
+ATTEMPT_TOKEN = "LEADTIME_ATTEMPT_TOKEN"
+WORKER_TOKEN = "LEADTIME_WORKER_TOKEN"
+_SWEEPS = 10
+"""Rounds of a sweep: a process may fork while its siblings are killed."""
+
+
+def new_token() -> str:
+    return secrets.token_hex(8)
+
+
+def _environ_tokens(pid: int) -> tuple[str | None, str | None]:
+    """The (attempt, worker) tokens in ``pid``'s environment; None where it has none or we
+    may not read it."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None, None
+    found: dict[bytes, str] = {}
+    for name in (ATTEMPT_TOKEN.encode(), WORKER_TOKEN.encode()):
+        at = data.find(name + b"=")
+        if at == 0 or (at > 0 and data[at - 1] == 0):
+            start = at + len(name) + 1
+            end = data.find(b"\0", start)
+            found[name] = data[start : end if end >= 0 else len(data)].decode(errors="replace")
+    return found.get(ATTEMPT_TOKEN.encode()), found.get(WORKER_TOKEN.encode())
+
+
+class Lineage:
+    """The attempt and worker tokens of the processes on this node, read once per process.
+
+    Remembered by pid; a pid seen again with another start time (the monitor's table knows
+    it) is read again, and a process is read again just before it is killed, so a reused pid
+    is never killed for the process it once was.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[int | None, str | None, str | None]] = {}
+
+    def look(self, started: dict[int, int]) -> None:
+        """Learn the tokens of the processes ``{pid: start time}`` (every process on the node)
+        not seen before, and forget those gone."""
+        for pid in self._seen.keys() - started.keys():
+            del self._seen[pid]
+        for pid, start in started.items():
+            known = self._seen.get(pid)
+            if known is None or known[0] not in (None, start):
+                self._seen[pid] = (start, *_environ_tokens(pid))
+            elif known[0] is None:
+                self._seen[pid] = (start, *known[1:])
+
+    def scan(self) -> None:
+        """Look at every process on the node now (reading only those not seen before)."""
+        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        for pid in self._seen.keys() - pids:
+            del self._seen[pid]
+        for pid in pids - self._seen.keys():
+            self._seen[pid] = (None, *_environ_tokens(pid))
+
+    def of_attempt(self, token: str) -> list[int]:
+        return [pid for pid, (_, attempt, _) in self._seen.items() if attempt == token]
+
+    def of_worker(self, token: str) -> list[int]:
+        return [pid for pid, (_, _, worker) in self._seen.items() if worker == token]
+
+    def sweep(self, token: str, *, worker: bool = False) -> int:
+        """Kill every process carrying the attempt (or worker) ``token``; how many were killed."""
+        which = 1 if worker else 0
+        killed: set[int] = set()
+        for _ in range(_SWEEPS):
+            self.scan()
+            found = self.of_worker(token) if worker else self.of_attempt(token)
+            fresh = [pid for pid in found if pid not in killed]
+            if not found:
+                break
+            for pid in fresh:
+                if _environ_tokens(pid)[which] != token:  # its pid was reused meanwhile
+                    self._seen.pop(pid, None)
+                    continue
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+            for pid in found:  # read again next round: dead by then, or a fork not yet seen
+                self._seen.pop(pid, None)
+            _until_dead(found)
+        return len(killed)
+
+
+def _until_dead(pids: Iterable[int], within_ms: int = 500) -> None:
+    """Wait (briefly) until ``pids`` have exited: a SIGKILL takes effect when the process next
+    runs, and a sweep must not take a dying process for one still to kill."""
+    poller = select.poll()
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(OSError):  # gone already, or a kernel without pidfds
+            fds.append(os.pidfd_open(pid))
+            poller.register(fds[-1], select.POLLIN)
+    try:
+        waiting = len(fds)
+        while waiting and (ready := poller.poll(within_ms)):
+            for fd, _ in ready:
+                poller.unregister(fd)
+            waiting -= len(ready)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class Sentinel:
+    """Kills the worker's processes once the worker is gone, however it went.
+
+    Start it before the worker runs anything (it forks: no threads may run yet). It holds
+    the read end of a pipe whose write end only the worker has; when the worker ends the
+    kernel closes that end and the sentinel wakes, sweeps, and exits.
+    """
+
+    def __init__(self, worker_token: str) -> None:
+        self.worker_token = worker_token
+        read, self._write = os.pipe()  # neither end is inherited by the worker's tasks
+        pid = os.fork()
+        if pid == 0:  # the sentinel
+            os.close(self._write)
+            _watch(read, worker_token)
+        os.close(read)
+        self.pid = pid
+
+    def close(self) -> None:
+        """The worker ends normally: the sentinel sweeps (finding nothing, if all is well)."""
+        with contextlib.suppress(OSError):
+            os.close(self._write)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _watch(pipe: int, worker_token: str) -> None:
+    """The sentinel's life: wait for the worker's end, sweep, exit without cleanup."""
+    try:
+        os.setsid()  # not in the worker's group: a kill of that group must not stop the sweep
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        while os.read(pipe, 1):
+            pass
+        Lineage().sweep(worker_token, worker=True)
+    finally:
+        os._exit(0)

@@ -1,0 +1,284 @@
+"""Task integrity on one node: nothing outlives its attempt or its worker, declared outputs are
+there after a success and gone after anything else, and memory is the task's own."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from learners.resources import Resources
+from learners.sizing.base import Exhaustion
+from orchestrator import clock, lineage
+from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause
+from orchestrator.monitor import Monitor, MonitorConfig, Sample, Usage
+from orchestrator.session import RunConfig, execute
+from orchestrator.store import Store
+from orchestrator.taskrun import Runner, RunnerConfig
+from workflows.spec import loads
+
+FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
+PY = sys.executable
+
+
+@pytest.fixture
+def runner(tmp_path):
+    return Runner(RunnerConfig(root=tmp_path / "scratch", kill_grace_s=0.3), Monitor(FAST))
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie waiting for its parent does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def gone_soon(pid: int, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+DAEMON = "setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' < /dev/null > /dev/null 2>&1 &"
+"""A daemon in a session of its own, re-parented to init once the task's shell exits."""
+
+
+def daemon_pid(pidfile: Path) -> int:
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            return int(pidfile.read_text())
+        time.sleep(0.02)
+    raise AssertionError("the daemon never wrote its pid")
+
+
+async def test_a_setsid_daemon_is_gone_when_its_attempt_ends(runner, tmp_path):
+    pidfile = tmp_path / "daemon.pid"
+    command = DAEMON.format(pidfile=pidfile) + " sleep 0.3"
+    result = await runner.run(AttemptSpec("d", 1, command, Resources(1, 200, 50)))
+    assert result.outcome is Outcome.SUCCESS
+    assert not alive(daemon_pid(pidfile))
+
+
+def hold(tmp_path: Path, mb: int) -> str:
+    """A command holding ``mb`` megabytes for 30 s."""
+    script = tmp_path / f"hold{mb}.py"
+    script.write_text(f"import time\nx = bytearray({mb} * 2**20)\ntime.sleep(30)\n")
+    return f"{PY} {script}"
+
+
+async def test_a_task_killed_for_memory_leaves_no_process(runner, tmp_path):
+    pidfile = tmp_path / "daemon.pid"
+    command = DAEMON.format(pidfile=pidfile) + f" sleep 31 & {hold(tmp_path, 300)}"
+    result = await runner.run(AttemptSpec("hog", 1, command, Resources(1, 100, 50)))
+    assert result.outcome is Outcome.EXHAUSTED and result.exhaustion.resource == "memory"
+    assert not alive(daemon_pid(pidfile))
+    left = subprocess.run(["pgrep", "-f", "sleep 31$"], capture_output=True, text=True)
+    assert left.stdout == ""
+
+
+async def test_a_daemon_is_measured_with_its_task(runner, tmp_path):
+    """A process that left the task's session still counts against the task's memory."""
+    pidfile = tmp_path / "daemon.pid"
+    fat = hold(tmp_path, 150)
+    command = (
+        f"setsid sh -c 'echo $$ > {pidfile}; exec {fat}' < /dev/null > /dev/null 2>&1 & sleep 30"
+    )
+    result = await runner.run(AttemptSpec("fat", 1, command, Resources(1, 100, 50)))
+    assert result.outcome is Outcome.EXHAUSTED and result.exhaustion.resource == "memory"
+    assert result.exhaustion.measured > 100
+    assert not alive(daemon_pid(pidfile))
+
+
+WORKER_TASKS = """
+import os, subprocess, sys, time
+from orchestrator.lineage import WORKER_TOKEN, Sentinel, new_token
+token = new_token()
+sentinel = Sentinel(token)
+env = {**os.environ, WORKER_TOKEN: token}
+task = subprocess.Popen(["sh", "-c", sys.argv[1]], env=env, start_new_session=True)
+print(task.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def test_the_tasks_of_a_killed_worker_die_with_it(tmp_path):
+    """SIGKILL of a worker: its sentinel kills its tasks, daemons included."""
+    pidfile = tmp_path / "daemon.pid"
+    task = DAEMON.format(pidfile=pidfile) + " exec sleep 300"
+    worker = subprocess.Popen(
+        [PY, "-c", WORKER_TASKS, task], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    task_pid = int(worker.stdout.readline())
+    daemon = daemon_pid(pidfile)
+    assert alive(task_pid) and alive(daemon)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert gone_soon(task_pid) and gone_soon(daemon)
+
+
+def test_a_sweep_spares_other_workers_processes(tmp_path):
+    mine, theirs = lineage.new_token(), lineage.new_token()
+    procs = {
+        token: subprocess.Popen(["sleep", "300"], env={**os.environ, lineage.WORKER_TOKEN: token})
+        for token in (mine, theirs)
+    }
+    try:
+        assert lineage.Lineage().sweep(mine, worker=True) == 1
+        assert procs[mine].wait(5) == -signal.SIGKILL
+        assert procs[theirs].poll() is None
+    finally:
+        procs[theirs].kill()
+        procs[theirs].wait()
+
+
+# --- declared outputs in the working directory -----------------------------------------------
+
+
+def attempt(workdir: Path, command: str, outputs: tuple[str, ...], n: int = 1) -> AttemptSpec:
+    return AttemptSpec("t", n, command, Resources(1, 200, 50), "", str(workdir), outputs)
+
+
+async def test_tasks_run_in_the_working_directory_and_keep_their_outputs(runner, tmp_path):
+    work = tmp_path / "work"
+    (work / "out").mkdir(parents=True)
+    command = "echo $LEADTIME_SCRATCH > out/scratch && pwd > out/cwd && echo tmp > $TMPDIR/t"
+    result = await runner.run(attempt(work, command, ("out/cwd", "out/scr*")))
+    assert result.outcome is Outcome.SUCCESS, result.output_tail
+    assert (work / "out" / "cwd").read_text().strip() == str(work)
+    scratch = Path((work / "out" / "scratch").read_text().strip())
+    assert scratch.parent == tmp_path / "scratch"
+    await runner.settle()
+    assert not scratch.exists()  # the scratch directory goes, the outputs stay
+
+
+async def test_a_failed_attempts_outputs_never_appear(runner, tmp_path):
+    result = await runner.run(attempt(tmp_path, "echo half > part.txt; exit 3", ("part.txt",)))
+    assert (result.outcome, result.exit_code) == (Outcome.FAILED, 3)
+    assert not (tmp_path / "part.txt").exists()
+
+
+async def test_a_killed_attempts_outputs_never_appear(runner, tmp_path):
+    command = "mkdir -p d; echo half > d/a; sleep 30"
+    spec = AttemptSpec("t", 1, command, Resources(1, 200, 50, 0.3), "", str(tmp_path), ("d",))
+    result = await runner.run(spec)
+    assert result.outcome is Outcome.EXHAUSTED and result.exhaustion.resource == "wall"
+    assert not (tmp_path / "d").exists()
+
+
+async def test_exit_0_without_a_declared_output_is_a_failure(runner, tmp_path):
+    result = await runner.run(attempt(tmp_path, "touch a.txt", ("a.txt", "b-*.txt")))
+    assert result.outcome is Outcome.FAILED
+    assert "did not create its declared output 'b-*.txt'" in result.output_tail
+    assert (
+        cause(result, Resources(1)) == "exited 0 but did not create its declared output 'b-*.txt'"
+    )
+    assert not (tmp_path / "a.txt").exists()
+
+
+async def test_a_stale_output_is_removed_before_an_attempt(runner, tmp_path):
+    (tmp_path / "out.txt").write_text("from an earlier run\n")
+    command = "test -e out.txt && exit 9; echo new > out.txt"
+    result = await runner.run(attempt(tmp_path, command, ("out.txt",)))
+    assert result.outcome is Outcome.SUCCESS
+    assert (tmp_path / "out.txt").read_text() == "new\n"
+
+
+async def test_outputs_count_against_the_tasks_disk(runner, tmp_path):
+    write = f"{PY} -c \"open('big', 'wb').write(b'x' * 30 * 2**20)\"; sleep 30"
+    spec = AttemptSpec("t", 1, write, Resources(1, 200, 20), "", str(tmp_path), ("big",))
+    result = await runner.run(spec)
+    assert result.outcome is Outcome.EXHAUSTED and result.exhaustion.resource == "disk"
+    assert not (tmp_path / "big").exists()
+
+
+async def test_an_attempt_without_its_working_directory_fails_clearly(runner, tmp_path):
+    result = await runner.run(attempt(tmp_path / "nowhere", "true", ()))
+    assert result.outcome is Outcome.FAILED
+    assert (
+        cause(result, Resources(1)) == f"no working directory {tmp_path / 'nowhere'} on this node"
+    )
+
+
+# --- measuring --------------------------------------------------------------------------------
+
+
+def test_a_childs_max_rss_below_its_spawners_is_not_taken_for_its_own():
+    """The kernel hands the forking worker's high-water RSS down to the task at exec."""
+    usage = Usage(Resources(1, 1000, 10), FAST)
+    usage.add(_sample(memory=40.0))
+    assert usage.finish(1.0, 0.1, max_rss=60.0, disk=0.0, spawner_rss=60.0).memory == 40.0
+    usage = Usage(Resources(1, 1000, 10), FAST)
+    usage.add(_sample(memory=40.0))
+    assert usage.finish(1.0, 0.1, max_rss=90.0, disk=0.0, spawner_rss=60.0).memory == 90.0
+    quick = Usage(Resources(1, 1000, 10), FAST)  # ended before any sample: an upper bound
+    assert quick.finish(0.01, 0.0, max_rss=60.0, disk=0.0, spawner_rss=60.0).memory == 60.0
+
+
+def _sample(memory: float) -> Sample:
+    return Sample(time=0.1, memory=memory, cpu=0.0, disk=0.0)
+
+
+def test_causes_read_as_a_person_says_them():
+    lost = AttemptResult("t", 1, Outcome.LOST, Resources(), output_tail="[leadtime] worker left: x")
+    assert cause(lost, Resources(1)) == "worker left: x"
+    failed = AttemptResult("t", 1, Outcome.FAILED, Resources(), exit_code=3, output_tail="oops")
+    assert cause(failed, Resources(1)) == "exit code 3"
+    killed = AttemptResult(
+        "t",
+        1,
+        Outcome.EXHAUSTED,
+        Resources(),
+        exit_code=-15,
+        exhaustion=Exhaustion("memory", 812.4),
+        output_tail="[leadtime] killed: memory reached 812.4 MB (allocation 500 MB)",
+    )
+    assert cause(killed, Resources(1, 500)) == "memory 812 MB > 500 MB"
+
+
+def test_the_engine_counts_only_the_attempt_in_flight():
+    """A result for an attempt given up on is recorded as late and never counted."""
+
+    workflow = loads(
+        textwrap.dedent(
+            """
+            name = "fence"
+            [[stage]]
+            name = "a"
+            allocation = { cores = 12, time = "1h" }
+            tasks = { command = "true", count = 8, cores = 1, memory = "100M", disk = "10M" }
+            simulate = { duration = "normal(60, 1)", memory = "normal(10, 1)" }
+            """
+        )
+    )
+    forged: list = []
+
+    def observer(engine):
+        done = [t for t in engine.stages["a"].tasks if t.state == "done"]
+        if done and not forged:
+            task = done[0]
+            spec = AttemptSpec(task.task.id, task.attempts + 5, "true", Resources(1, 10, 1))
+            slot = engine.pool.place("a", spec.allocation, clock.now())
+            assert slot is not None
+            forged.append(spec)
+            late = AttemptResult(spec.task_id, spec.attempt, Outcome.SUCCESS, Resources(1, 5, 0, 1))
+            engine.post("result", (slot.worker, spec, late))
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            summary = await execute(workflow, RunConfig(), store, observer=observer)
+            return summary, await store.rows("attempts", {"run_id": summary.run_id})
+
+    summary, attempts = clock.run(main(), virtual=True)
+    assert summary.status == "done", summary.error
+    late = [a for a in attempts if a["attempt"] == forged[0].attempt]
+    assert [a["outcome"] for a in late] == ["late success"]
+    assert summary.stages[0].tasks == 8
