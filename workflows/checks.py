@@ -95,6 +95,24 @@ def valid_command(value: Any) -> Problem | None:
     return None
 
 
+def output_patterns(value: Any) -> Problem | None:
+    """Paths or glob patterns inside the working directory: never absolute, never ``..``."""
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        return fail(f"must be a tuple of strings, got {value!r}")
+    for i, pattern in enumerate(value):
+        if not pattern.strip():
+            return fail("is empty: give a path relative to the working directory", i)
+        try:
+            used = template.placeholders(pattern)
+        except ValueError as e:
+            return fail(str(e), i)
+        if used & {"workdir", "rundir"} or pattern.startswith(("/", "~")):
+            return fail(f"{pattern!r}: outputs are relative to the working directory", i)
+        if ".." in Path(pattern).parts:
+            return fail(f"{pattern!r}: an output may not leave the working directory (..)", i)
+    return None
+
+
 def sbatch_options(value: Any) -> Problem | None:
     if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
         return fail(f"must be a tuple of strings, got {value!r}")

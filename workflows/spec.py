@@ -71,6 +71,9 @@ class TaskTemplate:
     wall: float | None = None
     category: str | None = None
     max_attempts: int = 3
+    outputs: tuple[str, ...] = ()
+    """Paths or glob patterns, relative to the working directory, each task creates: an
+    attempt succeeds only if they exist, and they are removed when one does not."""
 
     @property
     def declared(self) -> dict[str, float]:
@@ -90,6 +93,7 @@ class Task:
     declared: dict[str, float] = field(default_factory=dict)
     max_attempts: int = 3
     item: str | None = None
+    outputs: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -104,19 +108,27 @@ class Stage:
     after: tuple[str, ...] = ()
     simulate: Simulation | None = None
 
-    def expand(self) -> tuple[Task, ...]:
-        """The stage's concrete tasks, in order: one per item, or ``count`` of them."""
+    def expand(self, workdir: str = ".", rundir: str = ".leadtime") -> tuple[Task, ...]:
+        """The stage's concrete tasks, in order: one per item, or ``count`` of them, for a run
+        in ``workdir`` whose own directory is ``rundir``."""
         t = self.tasks
         items: Iterable[str | None] = t.items if t.items is not None else [None] * (t.count or 0)
+        places = {"workdir": workdir, "rundir": rundir}
         return tuple(
             Task(
                 stage=self.name,
                 index=index,
-                command=template.render(t.command, stage=self.name, index=index, item=item),
+                command=template.render(
+                    t.command, stage=self.name, index=index, item=item, **places
+                ),
                 category=t.category or self.name,
                 declared=t.declared,
                 max_attempts=t.max_attempts,
                 item=item,
+                outputs=tuple(
+                    template.render(o, stage=self.name, index=index, item=item, quote=False)
+                    for o in t.outputs
+                ),
             )
             for index, item in enumerate(items)
         )
@@ -128,6 +140,9 @@ class Workflow:
     stages: tuple[Stage, ...]
     scale: int | None = None
     source: Path | None = None
+    workdir: Path | None = None
+    """Where tasks run and their relative paths lead: by default the workflow file's
+    directory (the current directory for a workflow built in Python)."""
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -198,6 +213,7 @@ _TASKS: Mapping[str, _Field] = {
     "wall": _Field("wall", readers.read_seconds, checks.optional(checks.positive_number)),
     "category": _Field("category", readers.read_str, checks.optional(checks.nonempty_text)),
     "max_attempts": _Field("max_attempts", readers.read_int, checks.positive_int),
+    "outputs": _Field("outputs", readers.read_options, checks.output_patterns),
 }
 _SIMULATE: Mapping[str, _Field] = {
     **{
@@ -214,7 +230,7 @@ _COMPONENTS: Mapping[str, tuple[type, Mapping[str, _Field], tuple[str, ...]]] = 
 """Stage key -> model class, its fields, and the keys a file must give."""
 
 _STAGE_KEYS = ("name", "after", "allocation", "tasks", "simulate")
-_TOP_KEYS = ("name", "scale", "stage")
+_TOP_KEYS = ("name", "scale", "workdir", "stage")
 
 
 # --- checks across fields, shared by the loader and validate() -------------------------------
@@ -234,6 +250,8 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
         yield (), "needs items (one task each) or count (that many tasks)"
     elif t.items is None and "item" in template.placeholders(t.command):
         yield ("command",), "{item} needs items, but this stage has a count"
+    elif t.items is None and any("item" in template.placeholders(o) for o in t.outputs):
+        yield ("outputs",), "{item} needs items, but this stage has a count"
 
 
 def _simulate_problems(s: Simulation) -> Iterator[checks.Problem]:
@@ -361,6 +379,7 @@ def validate(workflow: Workflow) -> None:
 
 _NAME_KEY = _Field("name", readers.read_str, checks.valid_name)
 _SCALE_KEY = _Field("scale", readers.read_int, checks.positive_int)
+_WORKDIR_KEY = _Field("workdir", readers.read_path, lambda _: None)  # may not exist yet
 _AFTER_KEY = _Field("after", readers.read_names, lambda _: None)  # names are checked with the graph
 
 
@@ -492,6 +511,10 @@ class _Loader:
             scale = file_scale if scale is None else scale
         if problem := checks.optional(checks.positive_int)(scale):
             self.problem(("scale",), f"the scale asked for {problem[1]}")
+        workdir = None if source is None else self.base_dir  # None: where the run starts
+        if "workdir" in doc:
+            workdir_ok, workdir = self.read(("workdir",), doc["workdir"], _WORKDIR_KEY, ctx)
+            ok &= workdir_ok
         raw_stages = doc.get("stage")
         if raw_stages is None or raw_stages == []:
             self.problem(("stage",), "a workflow needs at least one [[stage]]")
@@ -511,7 +534,7 @@ class _Loader:
             self.problem(("stage", i, *at), message)
         if not ok or self.problems or not all(stages):
             return None
-        return Workflow(name, tuple(stages), scale=scale, source=source)  # type: ignore[arg-type]
+        return Workflow(name, tuple(stages), scale=scale, source=source, workdir=workdir)  # type: ignore[arg-type]
 
     def stage(
         self, path: KeyPath, raw: dict[str, Any], previous: Any, ctx: readers.Context

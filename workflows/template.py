@@ -1,10 +1,13 @@
 """Command templates: ``"mProjectPP {item} proj/{index:04d}.fits region.hdr"``.
 
 Placeholders are ``{item}`` (the task's item), ``{index}`` (its 0-based place in
-the stage) and ``{stage}`` (the stage's name), with an optional Python format
-spec (``{index:03d}``). Every substituted value is shell-quoted, so an item such
-as ``my file; rm -rf ~`` stays one harmless word. ``{{`` and ``}}`` are literal
-braces. Placeholders belong outside shell quotes: the quoting is leadtime's job.
+the stage), ``{stage}`` (the stage's name), ``{workdir}`` (the workflow's working
+directory) and ``{rundir}`` (the run's own directory, ``WORKDIR/.leadtime/RUN``),
+with an optional Python format spec (``{index:03d}``). In a command every
+substituted value is shell-quoted, so an item such as ``my file; rm -rf ~`` stays
+one harmless word; in an output pattern it is written as it is. ``{{`` and ``}}``
+are literal braces. Placeholders belong outside shell quotes: the quoting is
+leadtime's job.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import difflib
 import shlex
 from string import Formatter
 
-PLACEHOLDERS: tuple[str, ...] = ("item", "index", "stage")
-_EXAMPLE = {"item": "x", "index": 0, "stage": "s"}
+PLACEHOLDERS: tuple[str, ...] = ("item", "index", "stage", "workdir", "rundir")
+_EXAMPLE = {"item": "x", "index": 0, "stage": "s", "workdir": "/w", "rundir": "/w/.leadtime/r"}
 
 
 def placeholders(template: str) -> frozenset[str]:
@@ -44,9 +47,19 @@ def placeholders(template: str) -> frozenset[str]:
     return frozenset(used)
 
 
-def render(template: str, *, stage: str, index: int, item: str | None = None) -> str:
-    """``template`` with its placeholders replaced by shell-quoted values."""
-    values = {"item": item, "index": index, "stage": stage}
+def render(
+    template: str,
+    *,
+    stage: str,
+    index: int,
+    item: str | None = None,
+    workdir: str = ".",
+    rundir: str = ".leadtime",
+    quote: bool = True,
+) -> str:
+    """``template`` with its placeholders replaced by their values, shell-quoted unless
+    ``quote`` is false (an output pattern is a path, not a shell word)."""
+    values = {"item": item, "index": index, "stage": stage, "workdir": workdir, "rundir": rundir}
     out = []
     for literal, name, spec, _ in _pieces(template):
         out.append(literal)
@@ -54,7 +67,8 @@ def render(template: str, *, stage: str, index: int, item: str | None = None) ->
             value = values[name]
             if value is None:
                 raise ValueError(f"{{{name}}} has no value for task {stage}.{index}")
-            out.append(shlex.quote(format(value, spec or "")))
+            text = format(value, spec or "")
+            out.append(shlex.quote(text) if quote else text)
     return "".join(out)
 
 
