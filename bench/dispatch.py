@@ -63,7 +63,7 @@ def measure_leadtime(tasks: int) -> dict[str, object]:
     )
     with tempfile.TemporaryDirectory(prefix="leadtime-dispatch-") as tmp:
         config = RunConfig(
-            backend="local", strategy="per-stage", local=LocalOptions(workdir=Path(tmp))
+            backend="local", strategy="per-stage", local=LocalOptions(), workdir=Path(tmp)
         )
 
         async def main():

@@ -154,7 +154,8 @@ async def run_leadtime(strategy: str, run: int, root: Path) -> Row:
     config = RunConfig(
         backend="slurm",
         strategy=strategy,
-        slurm=SlurmOptions(workdir=root / "runs", bind="127.0.0.1", poll_interval_s=0.5),
+        slurm=SlurmOptions(bind="127.0.0.1", poll_interval_s=0.5),
+        workdir=root,
     )
     async with await Store.open(":memory:") as store:
         summary = await loaded(run_id, execute(workflow(root), config, store, run_id=run_id))

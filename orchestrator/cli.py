@@ -29,7 +29,7 @@ from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
 from orchestrator.engine import Refused
 from orchestrator.planner import STRATEGIES
-from orchestrator.report import compare_tables, run_table, strategies_table
+from orchestrator.report import compare_tables, run_table, status_tables, strategies_table
 from orchestrator.session import (
     BACKENDS,
     TRACES,
@@ -244,10 +244,19 @@ def run(
     workdir: Annotated[
         Path | None,
         typer.Option(
-            help="Local, slurm: run files go to WORKDIR/RUN_ID (default: beside the store); "
-            "for slurm, on a file system the compute nodes share."
+            help="Where tasks run and their relative paths lead (default: the workflow's "
+            "workdir, its file's directory); the run's own files go to WORKDIR/.leadtime/RUN_ID. "
+            "For slurm, on a file system the compute nodes share."
         ),
     ] = None,
+    keep_sandboxes: Annotated[
+        str,
+        typer.Option(
+            metavar="never|failure|always",
+            help="Local, slurm: which attempts' scratch directories ($LEADTIME_SCRATCH, with "
+            "their stdout and stderr) stay after they end.",
+        ),
+    ] = "failure",
     bind: Annotated[
         str | None,
         typer.Option(
@@ -281,6 +290,8 @@ def run(
         fail("--sbatch-option is for --backend slurm")
     if backend != "mock" and strategy == "oracle":
         fail("--strategy oracle needs the simulated queue's true waits: use --backend mock")
+    _choice(keep_sandboxes, ("never", "failure", "always"), "--keep-sandboxes value")
+    worker_args = ("--keep-sandboxes", keep_sandboxes)
     config = RunConfig(
         backend=backend,
         strategy=strategy,
@@ -292,8 +303,13 @@ def run(
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
         mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
-        local=LocalOptions(workdir=workdir, bind=bind or "127.0.0.1", oversubscribe=oversubscribe),
-        slurm=SlurmOptions(workdir=workdir, bind=bind, sbatch_options=tuple(sbatch_option or ())),
+        workdir=workdir,
+        local=LocalOptions(
+            bind=bind or "127.0.0.1", oversubscribe=oversubscribe, worker_args=worker_args
+        ),
+        slurm=SlurmOptions(
+            bind=bind, sbatch_options=tuple(sbatch_option or ()), worker_args=worker_args
+        ),
         **_sizer(sizer),
     )
     summary = _run(workflow, config, db, dashboard=not (quiet or json_))
@@ -373,16 +389,27 @@ def status(
     async def main():
         async with await _existing_store(db) as store:
             if run_id is None:
-                return await store.rows("runs", order="created")
-            return await store.rows("runs", {"run_id": run_id})
+                return await store.rows("runs", order="created"), [], []
+            where = {"run_id": run_id}
+            return (
+                await store.rows("runs", where),
+                await store.rows("stages", where),
+                await store.rows("attempts", where, order="start_t"),
+            )
 
-    rows = clock.run(main(), virtual=False)
+    rows, stages, attempts = clock.run(main(), virtual=False)
     if run_id is not None and not rows:
         fail(f"no run {run_id}")
+    if run_id is not None:
+        for table in status_tables(rows[0], stages, attempts):
+            out.print(table)
+        return
     for row in rows:
         out.print(
             f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
-            f"{row['status']:<8} {row.get('error') or ''}"
+            f"{row['status']:<8} {row.get('error') or ''}",
+            highlight=False,
+            markup=False,
         )
 
 

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from orchestrator import clock
 from orchestrator.human import duration, offset
+from orchestrator.report import causes_text
 
 if TYPE_CHECKING:
     from orchestrator.engine import Engine
@@ -40,7 +41,7 @@ def render(engine: Engine) -> Group:
         f" · run {engine.run_id}",
     )
     stages = Table(title="stages", title_justify="left", expand=True, box=None)
-    for column in ("stage", "state", "tasks", "", "ready", "start", "end"):
+    for column in ("stage", "state", "tasks", "", "did not succeed", "ready", "start", "end"):
         stages.add_column(
             column, justify="right" if column in ("ready", "start", "end") else "left"
         )
@@ -51,6 +52,7 @@ def render(engine: Engine) -> Group:
             Text(str(s.phase), style=PHASE_STYLE[str(s.phase)]),
             f"{s.done}/{total}",
             ProgressBar(total=max(total, 1), completed=s.done, width=30),
+            causes_text(s.causes),
             offset(s.ready_t),
             offset(s.start_t),
             offset(s.end_t),

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest, SubmitError
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from orchestrator import clock, human
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
@@ -66,6 +67,8 @@ class TaskRun:
     features: TaskFeatures
     state: str = "queued"
     attempts: int = 0
+    running: int | None = None
+    """The attempt in flight: the only one whose result counts."""
     failures: int = 0
     allocation: Resources | None = None
     previous: Resources | None = None
@@ -86,6 +89,8 @@ class StageRun:
     start_t: float | None = None
     end_t: float | None = None
     last_allocation: Resources | None = None
+    causes: Counter[str] = field(default_factory=Counter)
+    """Attempts that did not succeed, by kind of cause (lost, memory, disk, wall, failed)."""
 
 
 @dataclass
@@ -142,6 +147,8 @@ class Engine:
         run_id: str | None = None,
         features: Callable[[Task], TaskFeatures] | None = None,
         observer: Observer | None = None,
+        workdir: Path | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.workflow = workflow
         self.backend = backend
@@ -156,9 +163,14 @@ class Engine:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.observer = observer
         features = features or (lambda t: TaskFeatures(t.category, declared=t.declared))
+        self.workdir = (workdir or workflow.workdir or Path.cwd()).absolute()
+        """Where tasks run."""
+        self.run_dir = run_dir or self.workdir / ".leadtime" / self.run_id
         self.stages: dict[str, StageRun] = {}
         for stage in workflow.stages:
-            tasks = [TaskRun(t, features(t)) for t in expand(stage)]
+            tasks = [
+                TaskRun(t, features(t)) for t in stage.expand(str(self.workdir), str(self.run_dir))
+            ]
             self.stages[stage.name] = StageRun(stage, tasks)
         self.pilots: dict[str, PilotRun] = {}
         self._known_as: dict[str, PilotRun] = {}
@@ -638,12 +650,19 @@ class Engine:
         assert task.allocation is not None
         task.attempts += 1
         task.state = "running"
+        task.running = task.attempts
         stage.attempts += 1
         stage.last_allocation = task.allocation
         if stage.phase == Phase.READY:
             self._set_phase(stage, Phase.RUNNING)
         spec = AttemptSpec(
-            task.task.id, task.attempts, task.task.command, task.allocation, task.task.category
+            task.task.id,
+            task.attempts,
+            task.task.command,
+            task.allocation,
+            task.task.category,
+            str(self.workdir),
+            task.task.outputs,
         )
         stage.running[(spec.task_id, spec.attempt)] = self.now()
         self.store.stage(
@@ -674,9 +693,17 @@ class Engine:
         task_run = self._task(spec.task_id)
         stage = self.stages[task_run.task.stage]
         stage.running.pop((spec.task_id, spec.attempt), None)
+        key = {"run_id": self.run_id, "task_id": spec.task_id, "attempt": spec.attempt}
+        if task_run.running != spec.attempt:  # given up on: recorded, never counted
+            self.store.stage("attempts", key, outcome=f"late {result.outcome}", end_t=self.now())
+            return
+        task_run.running = None
+        why = cause(result, spec.allocation)
+        if why is not None and self.status == "running":  # not the attempts a run's end stops
+            stage.causes[cause_kind(result)] += 1
         self.store.stage(
             "attempts",
-            {"run_id": self.run_id, "task_id": spec.task_id, "attempt": spec.attempt},
+            key,
             outcome=str(result.outcome),
             peak=result.peak.as_dict(),
             exit_code=result.exit_code,
@@ -684,6 +711,7 @@ class Engine:
             measured=result.exhaustion.measured if result.exhaustion else None,
             end_t=self.now(),
             output_tail=result.output_tail or None,
+            cause=why,
         )
         task_run.allocation = None
         if result.outcome == Outcome.SUCCESS:
@@ -840,11 +868,6 @@ def _fitted(task: TaskRun, worker: Resources) -> Resources | None:
                 return None
             fitted = fitted.with_(r, worker[r])
     return fitted
-
-
-def expand(stage: Stage) -> tuple[Task, ...]:
-    """The stage's concrete tasks."""
-    return stage.expand()
 
 
 def _request_json(request: PilotRequest) -> dict[str, Any]:

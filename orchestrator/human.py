@@ -22,7 +22,7 @@ def duration(seconds: float | None) -> str:
         return "-" + duration(-seconds)
     if math.isinf(seconds):
         return "forever"
-    if round(seconds, 1) < 10 and seconds != int(seconds):
+    if 0.05 <= round(seconds, 1) < 10 and seconds != int(seconds):
         return f"{seconds:.1f} s"
     for (big, big_name), (small, small_name) in pairwise(_UNITS):
         whole, rest = divmod(round(seconds / small), big // small)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from rich.table import Table
@@ -115,3 +117,68 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
             f"{overhead[workflow, strategy]:,.2f}",
         )
     return [figures, averages]
+
+
+def causes_text(causes: Mapping[str, int]) -> str:
+    """Attempts that did not succeed, by kind: ``2 lost, 1 memory``."""
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(causes.items(), key=lambda kv: -kv[1]))
+
+
+StoreRow = Mapping[str, Any]
+"""A row of the store, as :meth:`Store.rows` gives it."""
+
+
+def status_tables(
+    run: StoreRow, stages: Sequence[StoreRow], attempts: Sequence[StoreRow]
+) -> list[Table]:
+    """One run from the store: its stages, with their retries by cause, and every attempt
+    that did not succeed, with why."""
+    head = Table(
+        title=f"run {run['run_id']} · {run['workflow']} · {run['strategy']} · {run['backend']}"
+        f" · {run['status']}",
+        title_justify="left",
+    )
+    for column in ("stage", "state", "tasks", "done", "attempts", "did not succeed"):
+        head.add_column(column, justify="left" if column in ("stage", "state") else "right")
+    by_stage: dict[str, list[StoreRow]] = {}
+    for a in attempts:
+        by_stage.setdefault(a["task_id"].rsplit(".", 1)[0], []).append(a)
+    for stage in stages:
+        mine = by_stage.get(stage["stage"], [])
+        kinds = Counter(
+            a["exhausted"] or a["outcome"]
+            for a in mine
+            if a["outcome"] not in ("success", "running")
+        )
+        head.add_row(
+            stage["stage"],
+            str(stage["state"]),
+            str(stage["tasks_total"]),
+            str(stage["tasks_done"]),
+            str(len(mine)),
+            causes_text(kinds) or "-",
+        )
+    if run.get("error"):
+        head.caption = f"error: {run['error']}"
+        head.caption_justify = "left"
+    failed = [a for a in attempts if _unsuccessful(a)]
+    if not failed:
+        return [head]
+    lost = Table(title="attempts that did not succeed", title_justify="left")
+    for column in ("task", "attempt", "outcome", "why", "worker", "pilot", "ended"):
+        lost.add_column(column, justify="right" if column in ("attempt", "ended") else "left")
+    for a in sorted(failed, key=lambda a: (a["end_t"] or 0.0, a["task_id"])):
+        lost.add_row(
+            a["task_id"],
+            str(a["attempt"]),
+            str(a["outcome"]),
+            a.get("cause") or "-",
+            a.get("worker") or "",
+            a.get("pilot_id") or "",
+            offset(a["end_t"]),
+        )
+    return [head, lost]
+
+
+def _unsuccessful(attempt: StoreRow) -> bool:
+    return attempt["outcome"] not in ("success", "running")

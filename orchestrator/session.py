@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import math
 import socket
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
@@ -86,10 +85,6 @@ class SetupError(Exception):
 class LocalOptions:
     """Pilots as processes on this machine, workers connecting to this process."""
 
-    workdir: Path | None = None
-    """A run's files (pilot logs, sandboxes) go to ``workdir/<run id>``; by default to
-    ``runs/<run id>`` beside the store's file, or to a temporary directory removed after
-    the run when the store is in memory."""
     bind: str = "127.0.0.1"
     """Address the manager listens on (loopback: only this machine's workers can reach it)."""
     oversubscribe: bool = False
@@ -103,9 +98,6 @@ class LocalOptions:
 class SlurmOptions:
     """Pilots as Slurm batch jobs, workers connecting to this process from the compute nodes."""
 
-    workdir: Path | None = None
-    """As for local runs; it must be on a file system the compute nodes share: the pilots'
-    output and the run's secret file go there."""
     bind: str | None = None
     """Address the manager listens on; by default this host's address as other nodes reach
     it (its name resolved)."""
@@ -136,6 +128,11 @@ class RunConfig:
     share: bool = True
     """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
     idle_cancel_s: float = 600.0
+    workdir: Path | None = None
+    """Where tasks run and their relative paths lead (default: the workflow's ``workdir``,
+    that is its file's directory). The run's own files (pilot output, the secret, kept
+    scratch directories) go to its run directory, ``WORKDIR/.leadtime/RUN_ID``. Under Slurm
+    it must be on a file system the compute nodes share."""
     mock: MockOptions = field(default_factory=MockOptions)
     local: LocalOptions = field(default_factory=LocalOptions)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
@@ -191,21 +188,39 @@ async def execute(
     Without ``backend``, ``config.backend`` says where pilots come from.
     """
     run_id = run_id or uuid.uuid4().hex[:12]
+    dirs = RunDirs.of(workflow, config, run_id)
     async with contextlib.AsyncExitStack() as stack:
         if backend is None and config.backend == "local":
             backend, workers = await stack.enter_async_context(
-                local_pilots(config.local, store, run_id)
+                local_pilots(config.local, dirs.run_dir)
             )
         elif backend is None and config.backend == "slurm":
             backend, workers = await stack.enter_async_context(
-                slurm_pilots(config.slurm, store, run_id)
+                slurm_pilots(config.slurm, dirs.run_dir)
             )
         elif backend is None and config.backend == "mock":
             backend = config.mock.backend()
         elif backend is None:
             raise ValueError(f"unknown backend {config.backend!r}; choose one of {BACKENDS}")
         stack.push_async_callback(backend.close)
-        return await _execute(workflow, config, store, backend, workers, observer, run_id, planner)
+        return await _execute(
+            workflow, config, store, backend, workers, observer, run_id, planner, dirs
+        )
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    """Where a run's tasks work, and where the run keeps its own files."""
+
+    workdir: Path
+    """The tasks' current directory, where their relative paths lead."""
+    run_dir: Path
+    """``WORKDIR/.leadtime/RUN_ID``: pilot output, the run's secret, kept scratch."""
+
+    @classmethod
+    def of(cls, workflow: Workflow, config: RunConfig, run_id: str) -> RunDirs:
+        workdir = (config.workdir or workflow.workdir or Path.cwd()).absolute()
+        return cls(workdir, workdir / ".leadtime" / run_id)
 
 
 async def _execute(
@@ -217,6 +232,7 @@ async def _execute(
     observer: Observer | None,
     run_id: str,
     planner: Planner | None,
+    dirs: RunDirs,
 ) -> RunSummary:
     mock = backend if isinstance(backend, MockSlurm) else None
     if mock is not None:
@@ -277,6 +293,8 @@ async def _execute(
         run_id=run_id,
         features=features,
         observer=observer,
+        workdir=dirs.workdir,
+        run_dir=dirs.run_dir,
     )
     if isinstance(workers, RemoteWorkers):
         workers.attach(engine.post)
@@ -296,29 +314,14 @@ class RunManager:
 
 @contextlib.asynccontextmanager
 async def run_manager(
-    bind: str,
-    heartbeat_s: float,
-    workdir: Path | None,
-    store: Store,
-    run_id: str,
-    *,
-    wildcard: str,
+    bind: str, heartbeat_s: float, run_dir: Path, *, wildcard: str
 ) -> AsyncIterator[RunManager]:
     """Make the run's directory and secret, and start its manager on ``bind``.
 
-    The run's files go to ``workdir/<run id>``, by default ``runs/<run id>``
-    beside the store's file, or a temporary directory removed after the run
-    when the store is in memory. Workers of a manager listening on every
-    address (``0.0.0.0``, ``::``) connect to ``wildcard``.
+    Workers of a manager listening on every address (``0.0.0.0``, ``::``) connect to
+    ``wildcard``.
     """
     async with contextlib.AsyncExitStack() as stack:
-        if workdir is not None:
-            run_dir = workdir / run_id
-        elif store.path is not None:
-            run_dir = store.path.parent / "runs" / run_id
-        else:
-            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="leadtime-"))
-            run_dir = Path(scratch) / run_id
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -338,15 +341,13 @@ async def run_manager(
 
 @contextlib.asynccontextmanager
 async def local_pilots(
-    options: LocalOptions, store: Store, run_id: str
+    options: LocalOptions, run_dir: Path
 ) -> AsyncIterator[tuple[LocalBackend, RemoteWorkers]]:
     """This process as the run's manager, and pilots of local workers that connect to it.
 
     The run's secret reaches the workers through their environment only.
     """
-    async with run_manager(
-        options.bind, options.heartbeat_s, options.workdir, store, run_id, wildcard="127.0.0.1"
-    ) as run:
+    async with run_manager(options.bind, options.heartbeat_s, run_dir, wildcard="127.0.0.1") as run:
         backend = LocalBackend(
             run.address,
             run.run_dir,
@@ -359,7 +360,7 @@ async def local_pilots(
 
 @contextlib.asynccontextmanager
 async def slurm_pilots(
-    options: SlurmOptions, store: Store, run_id: str
+    options: SlurmOptions, run_dir: Path
 ) -> AsyncIterator[tuple[SlurmBackend, RemoteWorkers]]:
     """This process as the run's manager, and Slurm pilots whose workers connect to it.
 
@@ -370,9 +371,7 @@ async def slurm_pilots(
     script (slurmctld keeps a copy).
     """
     bind = options.bind or host_address()
-    async with run_manager(
-        bind, options.heartbeat_s, options.workdir, store, run_id, wildcard=socket.getfqdn()
-    ) as run:
+    async with run_manager(bind, options.heartbeat_s, run_dir, wildcard=socket.getfqdn()) as run:
         secret_file = protocol.write_secret(run.run_dir / "secret", run.secret)
         try:
             command = [*WORKER_COMMAND, "--manager", run.address, "--secret-file", str(secret_file)]

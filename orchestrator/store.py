@@ -82,6 +82,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "start_t",
             "end_t",
             "output_tail",
+            "cause",
         ),
     ),
     "waits": (
@@ -132,6 +133,11 @@ class Store:
             await self._exec(
                 f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(keys)}))"
             )
+            cursor = await self._exec(f"PRAGMA table_info({table})")
+            present = {row[1] for row in await clock.held(cursor.fetchall())}
+            for column in cols:  # a store made by an earlier version lacks the newer columns
+                if column not in present:
+                    await self._exec(f"ALTER TABLE {table} ADD COLUMN {column}")
         await self._exec(f"PRAGMA user_version={SCHEMA_VERSION}")
         await self._commit()
 

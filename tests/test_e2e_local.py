@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -13,11 +14,13 @@ import psutil
 import pytest
 from programs import HOG, hog_value
 from strangers import intrude
+from typer.testing import CliRunner
 
 from orchestrator import clock, protocol
+from orchestrator.cli import app
 from orchestrator.session import LocalOptions, RunConfig, execute
 from orchestrator.store import Store
-from workflows.spec import loads
+from workflows.spec import example, loads
 
 LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
@@ -54,8 +57,8 @@ def three_stages(root) -> str:
 
 
 def local_config(tmp_path, strategy="asa", **kw) -> RunConfig:
-    options = LocalOptions(workdir=tmp_path / "runs", worker_args=FAST_SAMPLES, heartbeat_s=0.5)
-    return RunConfig(backend="local", strategy=strategy, local=options, **kw)
+    options = LocalOptions(worker_args=FAST_SAMPLES, heartbeat_s=0.5)
+    return RunConfig(backend="local", strategy=strategy, local=options, workdir=tmp_path, **kw)
 
 
 def test_three_stages_of_real_programs_sized_killed_retried_and_done(tmp_path):
@@ -240,7 +243,7 @@ def test_leadtime_run_backend_local(tmp_path):
     summary = json.loads(done.stdout)
     assert summary["status"] == "done"
     assert out.read_text().split() == ["0", "1", "2"]
-    run_dir = tmp_path / "work" / summary["run_id"]
+    run_dir = tmp_path / "work" / ".leadtime" / summary["run_id"]
     assert len(list(run_dir.glob("*.out"))) == 2  # one log per pilot
     refused = subprocess.run(
         [*run, "--bind", "10.9.9.9"],
@@ -321,3 +324,100 @@ def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path):
     starts = [a["start_t"] for a in attempts]
     at_once = max(sum(b["start_t"] <= t < b["end_t"] for b in attempts) for t in starts)
     assert at_once >= fit
+
+
+def test_three_stages_pass_files_through_the_working_directory(tmp_path):
+    """Relative outputs land in the workflow's directory, where the next stage reads them."""
+    (tmp_path / "wf.toml").write_text(example("pipeline").read_text())
+    run = [*LEADTIME, "run", str(tmp_path / "wf.toml"), "--backend", "local", "--json"]
+    done = subprocess.run(
+        [*run, "--db", str(tmp_path / "db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd="/",  # the working directory is the workflow file's, not the caller's
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "squares.txt").read_text().split() == ["0", "1", "4", "9", "16", "25"]
+    assert (tmp_path / "results" / "total.txt").read_text() == "55\n"
+    summary = json.loads(done.stdout)
+    assert (tmp_path / ".leadtime" / summary["run_id"]).is_dir()  # the run's own files
+
+
+CHAOS_TASKS = 100
+CHAOS_KILLS = 10
+
+
+def test_ten_worker_kills_lose_no_task_and_complete_none_twice(tmp_path):
+    """Each task appends its id to one shared file and writes one output; ten workers are
+    SIGKILLed while tasks run on them. Every task completes, none twice, every loss is
+    recorded with its cause and shown by ``status``."""
+    sleep = "0.$(( 3 + {index} % 4 ))"  # 0.3 to 0.6 s
+    command = f"sleep {sleep} && echo {{index}} >> shared.txt && echo ok > out/{{index}}.txt"
+    (tmp_path / "out").mkdir()
+    workflow = loads(
+        textwrap.dedent(
+            f"""
+            name = "chaos"
+            workdir = "{tmp_path}"
+            [[stage]]
+            name = "work"
+            allocation = {{ cores = 2, time = "10m" }}
+            [stage.tasks]
+            command = "{command}"
+            count = {CHAOS_TASKS}
+            cores = 1
+            memory = "50M"
+            disk = "10M"
+            outputs = ["out/{{index}}.txt"]
+            """
+        )
+    )
+    rng = random.Random(7)
+    kills: list[tuple[str, int]] = []
+
+    def observer(engine):
+        if not kills:
+            kills.append(("", 0))  # started
+            asyncio.get_running_loop().call_later(1.0, kill_one, engine)
+
+    def kill_one(engine):
+        """SIGKILL a worker whose attempts are all mid-way through their sleep: a kill in the
+        last milliseconds of a task, after its append, would make it run again by design."""
+        now = clock.now()
+        ripe = [
+            w
+            for w in engine.source.manager.workers.values()
+            if w.attempts and all(0.05 < now - start < 0.2 for start in w.attempts.values())
+        ]
+        if ripe:
+            victim = rng.choice(ripe)
+            kills.append((victim.id, victim.running))
+            os.kill(victim.pid, signal.SIGKILL)
+        if len(kills) <= CHAOS_KILLS:
+            asyncio.get_running_loop().call_later(rng.uniform(0.3, 1.0) if ripe else 0.02,
+                                                  kill_one, engine)  # fmt: skip
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            config = local_config(tmp_path, strategy="per-stage")
+            summary = await execute(workflow, config, store, observer=observer)
+            attempts = await store.rows("attempts", {"run_id": summary.run_id})
+            return summary, attempts
+
+    summary, attempts = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    assert len(kills) - 1 == CHAOS_KILLS
+    ids = (tmp_path / "shared.txt").read_text().split()
+    assert sorted(map(int, ids)) == list(range(CHAOS_TASKS))  # each once
+    assert sorted(int(p.stem) for p in (tmp_path / "out").iterdir()) == list(range(CHAOS_TASKS))
+    lost = [a for a in attempts if a["outcome"] == "lost"]
+    assert len(lost) >= sum(running for _, running in kills[1:])  # more may have been sent
+    assert {a["worker"] for a in lost} == {worker for worker, _ in kills[1:]}
+    assert all(a["cause"].startswith("worker left") for a in lost)
+    assert sum(1 for a in attempts if a["outcome"] == "success") == CHAOS_TASKS
+    status = CliRunner().invoke(app, ["status", summary.run_id, "--db", str(tmp_path / "store.db")])
+    assert status.exit_code == 0
+    assert f"{len(lost)} lost" in status.output
+    assert status.output.count("worker left") == len(lost)
