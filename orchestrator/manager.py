@@ -3,10 +3,16 @@
 :class:`Manager` listens on one address, proves itself to each connecting
 worker and makes it prove itself (see :mod:`orchestrator.protocol`), then
 exposes it as a :class:`RemoteWorker` whose ``run(spec)`` sends an attempt
-and returns its result. A worker that disconnects or stays silent past the
-timeout is gone: every attempt it was running comes back LOST. A bad frame,
-a failed handshake or a stranger closes that one connection, never the
-server.
+and returns its result. A bad frame, a failed handshake or a stranger closes
+that one connection, never the server.
+
+A worker that disconnects or stays silent past the timeout keeps its attempts
+running for a while: it is *absent* for ``reattach_s``, takes no new work,
+and if it registers again meanwhile its attempts carry on where they were
+(their results, and which of them it still runs, arrive when it does). Only
+then is it gone, and what it was running comes back LOST. A manager that
+resumes a dead one's run :meth:`expects <Manager.expect>` the attempts the
+store says were running, on the workers that ran them, the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import math
 import socket
 from collections.abc import Callable
 
+from learners.resources import Resources
 from orchestrator import clock, protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec
 from orchestrator.protocol import Channel, ProtocolError, Registration, lost
@@ -43,7 +50,8 @@ class RemoteWorker:
     ``run`` call cancels the attempt on the worker.
     """
 
-    def __init__(self, channel: Channel, registration: Registration) -> None:
+    def __init__(self, channel: Channel | None, registration: Registration) -> None:
+        """``channel`` is None for a worker known only by its id, not (yet) connected."""
         self.id = registration.worker_id
         self.pilot_id = registration.pilot_id
         self.hostname = registration.hostname
@@ -53,9 +61,13 @@ class RemoteWorker:
         self.end_time = math.inf if end is None else clock.from_epoch(end)
         self.draining = False
         """True once the worker takes no more tasks (asked to drain, or its pilot ends soon)."""
-        self._channel = channel
+        self._channel: Channel | None = channel
+        """None while the worker is absent (disconnected, not yet gone)."""
         self._pending: dict[tuple[str, int], tuple[asyncio.Future[AttemptResult], float]] = {}
         self._gone: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._absence: asyncio.TimerHandle | None = None
+        self._unconfirmed: set[tuple[str, int]] = set()
+        """Attempts sent before the worker (re)registered: its ``attached`` says which it has."""
 
     def __repr__(self) -> str:
         return f"RemoteWorker({self.id!r}, pilot={self.pilot_id!r}, capacity={self.capacity})"
@@ -66,7 +78,7 @@ class RemoteWorker:
 
     @property
     def accepting(self) -> bool:
-        return self.alive and not self.draining
+        return self.alive and self._channel is not None and not self.draining
 
     @property
     def running(self) -> int:
@@ -91,31 +103,51 @@ class RemoteWorker:
             protocol.check_spec(spec)
         except ProtocolError as e:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id}: {e}") from None
-        if not self.accepting:
+        if not self.accepting or self._channel is None:
             reason = "worker is draining" if self.alive else f"worker left: {self._gone.result()}"
             return lost(spec.task_id, spec.attempt, 0.0, reason)
-        future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
-        self._pending[key] = (future, clock.now())
+        future = self._expect(key, clock.now())
         self._channel.post("run", protocol.spec_item(spec))
+        return await self._result(key, future)
+
+    async def follow(self, key: tuple[str, int], since: float) -> AttemptResult:
+        """The result of an attempt this worker was already running (sent ``since``, on the
+        loop clock): the worker reports it, or says it no longer has it."""
+        if not self.alive:
+            return lost(*key, clock.now() - since, f"worker left: {self._gone.result()}")
+        entry = self._pending.get(key)
+        future = entry[0] if entry is not None else self._expect(key, since)
+        return await self._result(key, future)
+
+    def _expect(self, key: tuple[str, int], since: float) -> asyncio.Future[AttemptResult]:
+        future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
+        self._pending[key] = (future, since)
+        return future
+
+    async def _result(
+        self, key: tuple[str, int], future: asyncio.Future[AttemptResult]
+    ) -> AttemptResult:
         try:
             return await future
         except asyncio.CancelledError:
-            if self._pending.pop(key, None) is not None and self.alive:
+            if self._pending.pop(key, None) is not None and self._channel is not None:
                 self._channel.post("cancel", protocol.key_item(*key))
             raise
 
     async def drain(self) -> str:
         """Let the running attempts finish, then release the worker; why it left."""
-        if self.alive:
-            self.draining = True
+        self.draining = True
+        if self._channel is not None:
             self._channel.send("drain")
         return await self.wait_closed()
 
     async def shutdown(self) -> str:
         """Release the worker now: its running attempts come back LOST; why it left."""
-        if self.alive:
-            self.draining = True
+        self.draining = True
+        if self._channel is not None:
             self._channel.send("shutdown")
+        elif self.alive:
+            self._leave("shut down while absent")
         return await self.wait_closed()
 
     async def wait_closed(self) -> str:
@@ -130,9 +162,39 @@ class RemoteWorker:
             elif not entry[0].done():
                 entry[0].set_result(result)
 
+    def _attached(self, running: set[tuple[str, int]]) -> None:
+        """The worker, registered again, runs ``running`` now (its results came before)."""
+        now = clock.now()
+        unconfirmed, self._unconfirmed = self._unconfirmed, set()
+        for key in unconfirmed - running:
+            if key in self._pending:
+                future, start = self._pending.pop(key)
+                if not future.done():
+                    future.set_result(lost(*key, now - start, "the worker no longer ran it"))
+        for key in running - self._pending.keys():  # given up on meanwhile, or never ours
+            if self._channel is not None:
+                self._channel.post("cancel", protocol.key_item(*key))
+
+    def _connect(self, channel: Channel) -> None:
+        """The worker registered (again): what it had been sent is unconfirmed until it says."""
+        if self._absence is not None:
+            self._absence.cancel()
+            self._absence = None
+        self._channel = channel
+        self._unconfirmed = set(self._pending)
+
+    def _disconnect(self, reason: str, grace_s: float, gone: Callable[[str], None]) -> None:
+        """The connection ended: absent for ``grace_s``, then gone (``gone(reason)``)."""
+        self._channel = None
+        self._absence = asyncio.get_running_loop().call_later(grace_s, gone, reason)
+
     def _leave(self, reason: str) -> None:
         if self._gone.done():
             return
+        if self._absence is not None:
+            self._absence.cancel()
+            self._absence = None
+        self._channel = None
         self._gone.set_result(reason)
         pending, self._pending = self._pending, {}
         now = clock.now()
@@ -153,10 +215,12 @@ class Manager:
         heartbeat_s: float = 5.0,
         timeout_s: float | None = None,
         handshake_timeout_s: float = 10.0,
+        reattach_s: float = 60.0,
         on_join: JoinCallback | None = None,
         on_leave: LeaveCallback | None = None,
     ) -> None:
-        """``timeout_s`` (default four heartbeats) of silence and a worker is gone."""
+        """``timeout_s`` (default four heartbeats) of silence and a worker is disconnected;
+        ``reattach_s`` more without it registering again, and it is gone."""
         if len(secret) < protocol.MIN_SECRET_BYTES:
             raise ValueError(f"the secret must have at least {protocol.MIN_SECRET_BYTES} bytes")
         self.secret = secret
@@ -165,10 +229,15 @@ class Manager:
         self.heartbeat_s = heartbeat_s
         self.timeout_s = 4 * heartbeat_s if timeout_s is None else timeout_s
         self.handshake_timeout_s = handshake_timeout_s
+        self.reattach_s = reattach_s
         self.on_join = on_join
         self.on_leave = on_leave
         self.workers: dict[str, RemoteWorker] = {}
         """The workers registered now, by id."""
+        self.absent: dict[str, RemoteWorker] = {}
+        """Workers disconnected less than ``reattach_s`` ago, by id: they may come back."""
+        self._expected: dict[str, RemoteWorker] = {}
+        """Workers a resumed run expects back, by id, until they register or time runs out."""
         self.rejected = 0
         """Connections refused so far (failed handshakes, bad frames before registering)."""
         self._server: asyncio.Server | None = None
@@ -187,6 +256,18 @@ class Manager:
         self._server = await asyncio.start_server(self._handle, self.host, self.port)
         log.info("manager listening on %s:%d", *self.address)
         return self.address
+
+    def expect(self, worker_id: str, key: tuple[str, int], since: float) -> RemoteWorker:
+        """A worker of the run this manager resumes, which was running attempt ``key`` (sent
+        ``since``, on the loop clock): it counts as absent until it registers; ``follow`` its
+        attempts. Unless it registers within ``reattach_s``, they come back LOST."""
+        worker = self.absent.get(worker_id) or self._expected.get(worker_id)
+        if worker is None:
+            registration = Registration(worker_id, "", "", 0, Resources(), None)
+            worker = self._expected[worker_id] = RemoteWorker(None, registration)
+            worker._disconnect("did not come back", self.reattach_s, self._gone(worker))
+        worker._expect(key, since)
+        return worker
 
     async def close(self) -> None:
         """Stop listening and drop every connection (the workers then try to reconnect)."""
@@ -241,7 +322,18 @@ class Manager:
             return None
         protocol.welcome(channel, self.heartbeat_s, self.timeout_s)
         channel.max_frame = protocol.MAX_FRAME
+        back = self.absent.pop(registration.worker_id, None)
+        expected = self._expected.pop(registration.worker_id, None)
+        if back is not None:
+            back._connect(channel)
+            self.workers[back.id] = back
+            log.info("worker %s is back from %s", back.id, peer)
+            return back
         worker = RemoteWorker(channel, registration)
+        if expected is not None:  # a worker of the run this manager resumed
+            worker._pending, expected._pending = expected._pending, {}
+            worker._unconfirmed = set(worker._pending)
+            expected._leave("registered")
         self.workers[worker.id] = worker
         log.info(
             "worker %s joined from %s (pilot %s, %s)", worker.id, peer, worker.pilot_id, worker
@@ -251,6 +343,7 @@ class Manager:
 
     async def _serve(self, worker: RemoteWorker, channel: Channel) -> None:
         reason = "connection closed"
+        released = False
         watchdog = asyncio.create_task(channel.keep_alive(self.heartbeat_s, self.timeout_s))
         try:
             while True:
@@ -258,11 +351,14 @@ class Manager:
                 kind = message["t"]
                 if kind == "result":
                     worker._resolve(protocol.results(message))
+                elif kind == "attached":
+                    worker._attached(protocol.attached(message))
                 elif kind == "draining":
                     worker.draining = True
                     log.info("worker %s drains: %s", worker.id, protocol.reason(message))
                 elif kind == "bye":
                     reason = f"released: {protocol.reason(message)}"
+                    released = True
                     break
                 elif kind != "hb":
                     raise ProtocolError(f"unexpected {kind!r} message from a worker")
@@ -277,9 +373,27 @@ class Manager:
         finally:
             watchdog.cancel()
             self.workers.pop(worker.id, None)
+            if released or self._closing:
+                self._gone(worker)(reason)
+            else:
+                log.info("worker %s disconnected (%s): absent for %g s", worker.id, reason,
+                         self.reattach_s)  # fmt: skip
+                self.absent[worker.id] = worker
+                worker._disconnect(reason, self.reattach_s, self._gone(worker))
+
+    def _gone(self, worker: RemoteWorker) -> Callable[[str], None]:
+        """What ends ``worker`` for good: its attempts LOST, the engine told."""
+
+        def gone(reason: str) -> None:
+            if self.absent.get(worker.id) is worker:
+                del self.absent[worker.id]
+            if self._expected.get(worker.id) is worker:
+                del self._expected[worker.id]
             worker._leave(reason)
             log.info("worker %s left: %s", worker.id, reason)
             self._notify(self.on_leave, worker, reason)
+
+        return gone
 
     def _notify(self, callback: Callable[..., None] | None, *args: object) -> None:
         if callback is None:

@@ -16,7 +16,15 @@ manager -> worker     ``challenge`` {nonce: 32 bytes, proof: mac("manager", wn, 
 worker -> manager     ``register``  {proof: mac("worker", mn, wn), worker, pilot, host,
                                      pid, capacity: [cores, memory, disk], end: Unix s|nil}
 manager -> worker     ``welcome``   {heartbeat: s, timeout: s}  or ``error`` {message}
+worker -> manager     ``result``    the results the manager may not have (below)
+worker -> manager     ``attached``  {items: [[task_id, attempt]]} the attempts it runs now
 ====================  ============================================================
+
+A worker that lost its manager keeps its attempts running and, on each registration (with the
+same manager or one resuming the run), first sends the results of attempts that ended since it
+last spoke to a manager and of those that ended in the last minute before (the manager may have
+died before recording them), then ``attached``: the manager then knows which of the attempts it
+expected are still running, which ended, and which the worker does not have.
 
 Then, in either direction unless noted (``items`` messages carry a batch, so
 a burst of ready tasks costs one frame, not one per task):
@@ -24,7 +32,8 @@ a burst of ready tasks costs one frame, not one per task):
 ====================  ============================================================
 both                  ``hb``        {} (any frame proves liveness)
 manager -> worker     ``run``       {items: [[task_id, attempt, command,
-                                              [cores, memory, disk, wall], category]]}
+                                              [cores, memory, disk, wall], category,
+                                              workdir, [output pattern...]]]}
 manager -> worker     ``cancel``    {items: [[task_id, attempt]]}
 worker -> manager     ``result``    {items: [[task_id, attempt, outcome, [c, m, d, wall],
                                               exit_code|nil, [resource, measured]|nil,
@@ -61,7 +70,7 @@ from learners.sizing.base import Exhaustion
 from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 
-VERSION = 1
+VERSION = 2
 MAX_FRAME = 16 * 2**20
 """Largest frame accepted from an authenticated peer (bytes)."""
 HANDSHAKE_MAX_FRAME = 4096
@@ -536,12 +545,17 @@ def check_spec(spec: AttemptSpec) -> None:
         raise ProtocolError(f"invalid attempt spec {spec!r}"[:300])
 
 
+def attached(message: dict) -> set[tuple[str, int]]:
+    """The attempts a worker runs now, from its ``attached`` message."""
+    return set(keys(message))
+
+
 def key_item(task_id: str, attempt: int) -> list:
     return [task_id, attempt]
 
 
 def keys(message: dict) -> list[tuple[str, int]]:
-    """The (task_id, attempt) pairs of a ``cancel`` message."""
+    """The (task_id, attempt) pairs of a ``cancel`` or ``attached`` message."""
     out = []
     for item in _items(message):
         task_id, attempt = _array(item, "key", 2)

@@ -6,11 +6,16 @@ attempts it is sent, several at once within its capacity. The manager
 decides placement; an attempt that does not fit what is free is refused
 with a clear error. It leaves cleanly (exit code 0) when the manager asks,
 on SIGTERM, or when its pilot's time is up (it stops taking tasks a margin
-before). If the manager vanishes, the worker kills its running attempts
-(the manager has counted them lost) and tries to reconnect; after
-``connect_timeout_s`` without a manager it exits. Nothing a task starts
-outlives the worker: if the worker itself is killed, its sentinel kills
-what its tasks left (:mod:`orchestrator.lineage`).
+before).
+
+If the manager vanishes (its host rebooted, its process was killed), the
+worker keeps its attempts running, keeps their results, and keeps trying to
+register, reading the manager's address again from ``--manager-file`` each
+time: a manager resuming the run (``leadtime resume``) takes it and its
+attempts over. After ``connect_timeout_s`` without a manager it kills its
+attempts and exits, so a pilot nobody resumes ends by itself. Nothing a task
+starts outlives the worker: if the worker itself is killed, its sentinel
+kills what its tasks left (:mod:`orchestrator.lineage`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import signal
 import socket
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,6 +62,8 @@ EXIT_USAGE = 2
 EXIT_MANAGER_GONE = 3
 EXIT_REFUSED = 4
 
+RESEND_S = 60.0
+"""Results sent this recently are sent again to a manager the worker registers with anew."""
 OUTSIDE_SIGNAL_GRACE_S = 1.0
 """How long an attempt killed by a signal the worker did not send waits for the worker's own
 stop: a batch system stopping a job (scancel, time limit) signals every process of it at once,
@@ -71,7 +79,8 @@ class OptionsError(ValueError):
 class WorkerOptions:
     """Everything the agent needs; build it with :func:`make_options`."""
 
-    manager: tuple[str, int]
+    manager: tuple[str, int] | None
+    """The manager's address, unless ``manager_file`` tells it."""
     secret: bytes = field(repr=False)
     root: Path
     worker_id: str
@@ -79,8 +88,11 @@ class WorkerOptions:
     pilot_id: str = ""
     end_time: float | None = None
     """Unix time the pilot ends, if known."""
-    connect_timeout_s: float = 120.0
+    connect_timeout_s: float = 600.0
     """How long to keep trying to reach a manager (at start, or after losing it)."""
+    manager_file: Path | None = None
+    """A file holding the manager's ``HOST:PORT``, read again at each attempt to connect: a
+    manager that resumes the run writes its own address there."""
     drain_margin_s: float = 60.0
     """Stop taking tasks this long before ``end_time``."""
     keep_sandboxes: Keep = "failure"
@@ -159,8 +171,9 @@ def _slurm_number(environ: Mapping[str, str], name: str) -> float | None:
 
 
 def make_options(
-    manager: str,
+    manager: str | None = None,
     *,
+    manager_file: Path | None = None,
     secret_file: Path | None = None,
     root: Path | None = None,
     worker_id: str | None = None,
@@ -170,7 +183,7 @@ def make_options(
     disk: float | None = None,
     end_time: float | None = None,
     time_limit: float | None = None,
-    connect_timeout: float = 120.0,
+    connect_timeout: float = 600.0,
     drain_margin: float = 60.0,
     keep_sandboxes: Keep = "failure",
     sample_interval: float = 1.0,
@@ -179,6 +192,8 @@ def make_options(
     environ: Mapping[str, str] = os.environ,
 ) -> WorkerOptions:
     """Worker options from flag values (``None``: detect), for ``main`` and the CLI alike."""
+    if manager is None and manager_file is None:
+        raise OptionsError("give the manager's address: --manager HOST:PORT or --manager-file")
     try:
         secret = protocol.load_secret(secret_file, environ)
     except protocol.SecretError as e:
@@ -199,7 +214,8 @@ def make_options(
     except ValueError as e:
         raise OptionsError(f"sampling: {e}") from e
     return WorkerOptions(
-        manager=parse_address(manager),
+        manager=None if manager is None else parse_address(manager),
+        manager_file=manager_file,
         secret=secret,
         root=root,
         worker_id=worker_id,
@@ -261,6 +277,11 @@ class Agent:
         self.leaving: str | None = None
         """Why the worker is leaving, once it is (it takes no new tasks then)."""
         self._channel: Channel | None = None
+        self._unsent: dict[tuple[str, int], AttemptResult] = {}
+        """Results that ended while no manager listened."""
+        self._sent: deque[tuple[float, AttemptResult]] = deque()
+        """Results sent in the last :data:`RESEND_S`: a manager that died may not have kept
+        them, and one resuming the run asks for them again."""
         self._released = False
         self._left = asyncio.Event()
         """Set once the worker is leaving."""
@@ -274,20 +295,18 @@ class Agent:
                     connection = await self._connect()
                 except AuthError as e:
                     log.error("%s", e)
+                    await self._stop_all("the manager refused this worker")
                     return EXIT_REFUSED
                 except TimeoutError:
-                    log.error(
-                        "no manager at %s:%d for %.0fs; giving up",
-                        *self.options.manager,
-                        self.options.connect_timeout_s,
-                    )
+                    why = f"no manager for {self.options.connect_timeout_s:.0f} s"
+                    log.error("%s; giving up", why)
+                    await self._stop_all(why)
                     return EXIT_MANAGER_GONE
                 if connection is None:
                     break
                 await self._session(*connection)
                 if self._released:
                     break
-                await self._stop_all("lost contact with the manager")
             await self._stop_all(self.leaving or "leaving")
             await self.runner.settle()
             return EXIT_RELEASED
@@ -314,11 +333,11 @@ class Agent:
 
     async def _connect(self) -> tuple[Channel, Welcome] | None:
         """A registered connection, retrying with backoff; None if we left meanwhile."""
-        host, port = self.options.manager
         deadline = clock.now() + self.options.connect_timeout_s
         delay = 0.05
         while not self.leaving:
             try:
+                host, port = self._address()
                 async with asyncio.timeout(max(0.0, deadline - clock.now())):
                     reader, writer = await asyncio.open_connection(host, port)
                     channel = Channel(reader, writer)
@@ -333,13 +352,25 @@ class Agent:
                 return channel, welcome
             except AuthError:
                 raise
-            except (OSError, ProtocolError, asyncio.IncompleteReadError) as e:
-                log.info("cannot register with %s:%d yet: %s", host, port, e)
+            except (OSError, ProtocolError, asyncio.IncompleteReadError, OptionsError) as e:
+                log.info("cannot register with the manager yet: %s", e)
             if clock.now() + delay > deadline:
                 raise TimeoutError
             await clock.sleep(delay)
             delay = min(2 * delay, 5.0)
         return None
+
+    def _address(self) -> tuple[str, int]:
+        """Where the manager listens: ``--manager-file``'s address, or ``--manager``."""
+        path = self.options.manager_file
+        if path is not None:
+            try:
+                return parse_address(path.read_text().strip())
+            except OSError as e:
+                if self.options.manager is None:
+                    raise OptionsError(f"cannot read {path}: {e.strerror}") from e
+        assert self.options.manager is not None
+        return self.options.manager
 
     @property
     def id(self) -> str:
@@ -357,6 +388,7 @@ class Agent:
 
     async def _session(self, channel: Channel, welcome: Welcome) -> None:
         self._channel = channel
+        self._catch_up(channel)
         heartbeat = asyncio.create_task(self._heartbeat(channel, welcome))
         try:
             while True:
@@ -456,8 +488,23 @@ class Agent:
         )
 
     def _report(self, result: AttemptResult) -> None:
-        if self._channel is not None:
-            self._channel.post("result", protocol.result_item(result))
+        if self._channel is None:
+            self._unsent[(result.task_id, result.attempt)] = result
+            return
+        self._channel.post("result", protocol.result_item(result))
+        now = clock.now()
+        self._sent.append((now, result))
+        while self._sent and self._sent[0][0] < now - RESEND_S:
+            self._sent.popleft()
+
+    def _catch_up(self, channel: Channel) -> None:
+        """Tell a manager we registered with what it may not know: the results of attempts
+        that ended while no manager listened or shortly before, then what still runs."""
+        recent = {(r.task_id, r.attempt): r for t, r in self._sent if t >= clock.now() - RESEND_S}
+        unsent, self._unsent = self._unsent, {}
+        for result in {**recent, **unsent}.values():
+            channel.post("result", protocol.result_item(result))
+        channel.send("attached", items=[protocol.key_item(*key) for key in self.attempts])
 
     def _leave_if_idle(self) -> None:
         channel = self._channel
@@ -491,7 +538,16 @@ async def serve(options: WorkerOptions) -> int:
 
 
 def command(
-    manager: Annotated[str, typer.Option(metavar="HOST:PORT", help="The manager's address.")],
+    manager: Annotated[
+        str | None, typer.Option(metavar="HOST:PORT", help="The manager's address.")
+    ] = None,
+    manager_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="A file holding the manager's HOST:PORT, read again at each attempt to "
+            "connect (a manager resuming the run writes its address there)."
+        ),
+    ] = None,
     secret_file: Annotated[
         Path | None, typer.Option(help="File (mode 600) holding the run's secret.")
     ] = None,
@@ -520,8 +576,12 @@ def command(
         float | None, typer.Option(help="Seconds from the job's start to its end.")
     ] = None,
     connect_timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for a manager before giving up.")
-    ] = 120.0,
+        float,
+        typer.Option(
+            help="Seconds to wait for a manager (at the start, or after losing it) before "
+            "stopping the tasks and exiting."
+        ),
+    ] = 600.0,
     drain_margin: Annotated[
         float, typer.Option(help="Stop taking tasks this many seconds before the pilot ends.")
     ] = 60.0,
@@ -549,6 +609,7 @@ def command(
     try:
         options = make_options(
             manager,
+            manager_file=manager_file,
             secret_file=secret_file,
             root=root,
             worker_id=worker_id,

@@ -405,6 +405,7 @@ async def test_a_worker_drains_before_its_pilot_ends(tmp_path):
 
 
 async def test_a_worker_reconnects_to_a_new_manager(tmp_path):
+    """A manager that knows nothing of the attempt the worker kept running cancels it."""
     async with Cluster(tmp_path) as cluster:
         agent, worker = await cluster.agent()
         running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
@@ -412,13 +413,58 @@ async def test_a_worker_reconnects_to_a_new_manager(tmp_path):
         port = cluster.manager.address[1]
         await cluster.manager.close()
         assert (await running).outcome is Outcome.LOST
+        assert agent.runner.running == 1  # the worker keeps it while it looks for a manager
         joined = asyncio.Queue()
         async with Manager(SECRET, port=port, heartbeat_s=0.1, on_join=joined.put_nowait):
             worker = await asyncio.wait_for(joined.get(), 5)
-            assert agent.runner.running == 0  # its attempt died with the old connection
             assert (await worker.run(spec("next", "true"))).outcome is Outcome.SUCCESS
+            assert agent.runner.running == 0
             await worker.shutdown()
         assert await cluster.agents[0] == 0
+
+
+async def test_a_worker_back_within_the_grace_keeps_its_attempt(tmp_path):
+    """A dropped connection: the manager waits for the worker, whose attempt carries on and
+    whose result arrives once it is back; nothing is lost, nothing runs twice."""
+    async with Cluster(tmp_path, reattach_s=10.0) as cluster:
+        agent, worker = await cluster.agent()
+        done = tmp_path / "done"
+        running = asyncio.create_task(worker.run(spec("t", f"sleep 1; echo x >> {done}")))
+        await asyncio.sleep(0.3)
+        agent._channel.writer.transport.abort()  # the network drops the connection
+        result = await asyncio.wait_for(running, 10)
+        assert result.outcome is Outcome.SUCCESS
+        assert done.read_text() == "x\n"
+        assert cluster.left.empty()
+        await worker.shutdown()
+
+
+async def test_a_resuming_manager_takes_over_what_its_workers_ran(tmp_path):
+    """The manager died: its worker keeps its attempts; a new manager that expects them gets
+    the result of the one that ended meanwhile, follows the one still running, and the one
+    the worker never had comes back lost."""
+    manager_file = tmp_path / "manager"
+    async with Cluster(tmp_path) as cluster:
+        manager_file.write_text(f"127.0.0.1:{cluster.manager.address[1]}")
+        _, worker = await cluster.agent(manager_file=manager_file)
+        quick = asyncio.create_task(worker.run(spec("quick", "sleep 0.3")))
+        slow = asyncio.create_task(worker.run(spec("slow", "sleep 1.5")))
+        await asyncio.sleep(0.1)
+        await cluster.manager.close()  # the manager dies
+        await asyncio.gather(quick, slow)
+        await asyncio.sleep(0.5)  # quick ends while no manager listens
+        resumed = Manager(SECRET, heartbeat_s=0.1, reattach_s=5.0)
+        now = clock.now()
+        keys = (("quick", 0), ("slow", 0), ("never", 0))
+        follows = [resumed.expect("w1", key, now).follow(key, now) for key in keys]
+        async with resumed:
+            manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
+            results = {r.task_id: r for r in await asyncio.wait_for(asyncio.gather(*follows), 10)}
+            assert results["quick"].outcome is Outcome.SUCCESS
+            assert results["slow"].outcome is Outcome.SUCCESS
+            assert results["never"].outcome is Outcome.LOST
+            assert "no longer ran it" in results["never"].output_tail
+            await resumed.workers["w1"].shutdown()
 
 
 async def test_a_worker_gives_up_without_a_manager(tmp_path):
@@ -485,7 +531,7 @@ async def process_cluster(tmp_path, **kw):
 
 
 async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
-    async with process_cluster(tmp_path) as (cluster, process, worker):
+    async with process_cluster(tmp_path, reattach_s=0.5) as (cluster, process, worker):
         assert worker.pid == process.pid
         assert (await worker.run(spec("first", "true"))).outcome is Outcome.SUCCESS
         running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
@@ -498,7 +544,7 @@ async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
 
 
 async def test_a_frozen_worker_misses_heartbeats_and_is_lost(tmp_path):
-    async with process_cluster(tmp_path) as (cluster, process, worker):
+    async with process_cluster(tmp_path, reattach_s=0.5) as (cluster, process, worker):
         running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
         await asyncio.sleep(0.3)
         process.send_signal(signal.SIGSTOP)
