@@ -40,6 +40,12 @@ class Dependency:
     def to_slurm(self) -> str:
         return f"{self.kind}:{':'.join(self.job_ids)}"
 
+    @classmethod
+    def parse(cls, text: str) -> Dependency:
+        """The dependency :meth:`to_slurm` wrote."""
+        kind, *job_ids = text.split(":")
+        return cls(kind, tuple(job_ids))  # type: ignore[arg-type]
+
 
 def dependency_status(kind: DependencyKind, states: Iterable[JobState]) -> DependencyStatus:
     """Slurm's test of a dependency on jobs now in ``states``: all must satisfy it.
@@ -159,9 +165,26 @@ class BatchBackend(Protocol):
         ...
 
     def updates(self) -> AsyncIterator[JobInfo]:
-        """Every change of state of a job submitted through this backend, in order."""
+        """Every change of state of a job submitted (or reattached) through this backend,
+        in order."""
         ...
 
     async def close(self) -> None:
         """Stop background work; leaves submitted jobs alone."""
         ...
+
+    async def cluster_name(self) -> str:
+        """Which cluster pilots run on, as what the queue-wait learner learns is kept by:
+        waits seen on one cluster say nothing of another's."""
+        ...
+
+    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
+        """Take over a pilot that an earlier manager of the run submitted: its job id (found
+        by name and comment when its id was never recorded) once its updates follow, or
+        None when no such job exists any more. Raises :class:`ResumeRefused` where runs
+        cannot be resumed."""
+        ...
+
+
+class ResumeRefused(Exception):
+    """This backend cannot take over the pilots of an earlier manager."""

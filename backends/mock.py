@@ -15,7 +15,7 @@ import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from backends.base import JobInfo, JobState, NodeShare, PilotRequest, SubmitError
+from backends.base import JobInfo, JobState, NodeShare, PilotRequest, ResumeRefused, SubmitError
 from backends.simulator import INF, Priority, SimJob, Simulator
 from backends.swf import SwfTrace
 from backends.workload import WEEK, Background, ClusterSpec, TraceReplay
@@ -85,6 +85,23 @@ class MockSlurm:
             backfill=backfill,
             kill_invalid_depend=kill_invalid_depend,
         )
+
+    async def cluster_name(self) -> str:
+        """The simulated cluster and its load: ``simulated:HPC2N:9x28:131072M:submit``."""
+        c, load = self.cluster, self.background
+        trace = getattr(load, "trace", None)
+        what = (
+            trace.name
+            if trace is not None
+            else f"synthetic {getattr(load, 'utilisation', '')}"
+            if load is not None
+            else "idle"
+        )
+        size = f"{c.nodes}x{c.cores_per_node}:{c.memory_per_node_mb}M"
+        return f"simulated:{what}:{size}:{self._options['priority']}"
+
+    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
+        raise ResumeRefused("a simulated run lives in its manager's memory: run it again")
 
     @property
     def simulator(self) -> Simulator:

@@ -11,9 +11,11 @@ stands still while SQLite works in its thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from itertools import groupby
 from pathlib import Path
@@ -23,7 +25,11 @@ import aiosqlite
 
 from orchestrator import clock
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+APPLICATION_ID = 0x4C54494D
+"""SQLite's ``application_id`` of a leadtime store ("LTIM"): how a store tells itself apart
+from another program's database before writing anything to it."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # table -> (key columns, other columns)
 TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -43,6 +49,11 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "created",
             "ended",
             "summary",
+            "workflow_text",
+            "run_dir",
+            "cluster",
+            "manager",
+            "heartbeat",
         ),
     ),
     "stages": (
@@ -92,13 +103,21 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "learners": (("name",), ("state", "updated")),
 }
 
-_JSON = {"options", "summary", "request", "allocation", "peak", "state"}
+_JSON = {"options", "summary", "request", "allocation", "peak", "state", "manager"}
 
 
 def default_path() -> Path:
     """``$XDG_DATA_HOME/leadtime/leadtime.db`` (``~/.local/share`` by default)."""
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "leadtime" / "leadtime.db"
+
+
+class StoreError(Exception):
+    """A path that cannot be a store: ``str(e)`` names the path and what is wrong with it."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
 
 
 class Store:
@@ -110,21 +129,36 @@ class Store:
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
 
     @classmethod
-    async def open(cls, path: str | Path | None = None) -> Store:
-        """Open the store at ``path``, creating it with mode 0600; ``":memory:"`` for scratch."""
+    async def open(cls, path: str | Path | None = None, *, readonly: bool = False) -> Store:
+        """Open the store at ``path`` (``":memory:"`` for scratch), creating it with mode 0600.
+
+        Before anything is written, the path must be a leadtime store, an empty file, or
+        nothing: a directory, a file of other data, another application's database or a file
+        leadtime may not write is refused with :class:`StoreError`, and left as it was.
+        ``readonly`` opens an existing store for reading only.
+        """
         if path == ":memory:":
-            target: Path | None = None
-        else:
-            target = Path(path) if path is not None else default_path()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(target, os.O_CREAT | os.O_RDWR, 0o600))
-            os.chmod(target, 0o600)
-        db = await clock.held(aiosqlite.connect(":memory:" if target is None else str(target)))
+            db = await clock.held(aiosqlite.connect(":memory:"))
+            store = cls(db, None)
+            await store._setup()
+            return store
+        target = Path(path) if path is not None else default_path()
+        created = _vet(target, readonly)
+        uri = f"file:{target.absolute()}" + ("?mode=ro" if readonly else "")
+        db = await clock.held(aiosqlite.connect(uri, uri=True))
         store = cls(db, target)
-        await store._setup()
+        try:
+            if not readonly:
+                await store._setup()
+        except BaseException:
+            await store.close()
+            if created:
+                target.unlink(missing_ok=True)
+            raise
         return store
 
     async def _setup(self) -> None:
+        await self._exec(f"PRAGMA application_id={APPLICATION_ID}")
         await self._exec("PRAGMA journal_mode=WAL")
         await self._exec("PRAGMA synchronous=NORMAL")
         await self._exec("PRAGMA busy_timeout=5000")
@@ -216,6 +250,40 @@ class Store:
     async def save_learner(self, name: str, state: Mapping[str, Any]) -> None:
         await self.put("learners", {"name": name}, state=dict(state), updated=clock.wall())
 
+    async def update_learner(
+        self, name: str, update: Callable[[dict[str, Any] | None], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Replace learner ``name``'s state by ``update(state)`` in one transaction, so that
+        two runs sharing the store never lose each other's updates; the new state."""
+        await self.flush()
+        async with clock.hold():
+            await self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = await self._db.execute(
+                    "SELECT state FROM learners WHERE name = ?", (name,)
+                )
+                row = await cursor.fetchone()
+                state = update(None if row is None else _decode("state", row[0]))
+                await self._db.execute(
+                    _upsert_sql("learners", ("name",), ("state", "updated")),
+                    (name, _encode("state", state), clock.wall()),
+                )
+                await self._db.commit()
+            except BaseException:
+                await self._db.rollback()
+                raise
+        return state
+
+    async def learners(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """Every learner state whose name starts with ``prefix``, by name."""
+        cursor = await self._exec(
+            "SELECT name, state FROM learners WHERE substr(name, 1, ?) = ? ORDER BY name",
+            (len(prefix), prefix),
+        )
+        return {
+            name: _decode("state", state) for name, state in await clock.held(cursor.fetchall())
+        }
+
 
 @cache
 def _upsert_sql(table: str, key: tuple[str, ...], fields: tuple[str, ...]) -> str:
@@ -230,6 +298,67 @@ def _upsert_sql(table: str, key: tuple[str, ...], fields: tuple[str, ...]) -> st
         f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) "
         f"ON CONFLICT ({', '.join(keys)}) {conflict}"
     )
+
+
+def _vet(target: Path, readonly: bool) -> bool:
+    """Refuse a path that cannot be a store, writing nothing; whether it was created (empty)."""
+    if target.is_dir():
+        raise StoreError(target, "is a directory, not a store file")
+    if not target.exists():
+        if readonly:
+            raise StoreError(target, "no store there")
+        for parent in target.parents:
+            if parent.exists() and not parent.is_dir():
+                raise StoreError(target, f"cannot be created: {parent} is not a directory")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+        except OSError as e:
+            raise StoreError(target, f"cannot be created: {e.strerror or e}") from None
+        return True
+    if not target.is_file():
+        raise StoreError(target, "is not a regular file")
+    try:
+        with open(target, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError as e:
+        raise StoreError(target, f"cannot be read: {e.strerror or e}") from None
+    if not readonly and not os.access(target, os.W_OK):
+        raise StoreError(target, "is read-only: leadtime cannot record runs there")
+    if not head:
+        return False  # an empty file: a new store
+    if head != SQLITE_MAGIC:
+        raise StoreError(target, "is not a SQLite database: not a leadtime store")
+    _check_identity(target)
+    return False
+
+
+def _check_identity(target: Path) -> None:
+    """The database at ``target`` is a leadtime store (this version's or an earlier one)."""
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"file:{target.absolute()}?mode=ro", uri=True, timeout=1.0)
+        ) as db:
+            app = db.execute("PRAGMA application_id").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            columns = {
+                t: {row[1] for row in db.execute(f"PRAGMA table_info({t})")}
+                for t in tables & set(TABLES)
+            }
+    except sqlite3.Error as e:
+        raise StoreError(target, f"cannot be read as a SQLite database: {e}") from None
+    legacy = tables <= set(TABLES) and all(  # a store of leadtime before application_id
+        found <= {*TABLES[t][0], *TABLES[t][1]} for t, found in columns.items()
+    )
+    ours = app == APPLICATION_ID or (app == 0 and legacy)
+    if not ours:
+        shown = ", ".join(sorted(tables)[:6]) + (" ..." if len(tables) > 6 else "")
+        raise StoreError(
+            target, f"is another application's SQLite database (tables: {shown or 'none'})"
+        )
+    if version > SCHEMA_VERSION:
+        raise StoreError(target, f"was written by a newer leadtime (store schema {version})")
 
 
 def _encode(name: str, value: Any) -> Any:

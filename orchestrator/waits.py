@@ -1,8 +1,13 @@
-"""The queue-wait learner as a run uses it: one learner per store, saved after every observation.
+"""The queue-wait learner as a run uses it: one learner per cluster in a store, saved after
+every observation.
 
-Every workflow run against the same store shares the learner, as the ASA paper (Souza et al.)
-keeps Algorithm 1's state across runs: what one run saw of the queue serves
-the next.
+Every workflow run against the same store on the same cluster shares the learner, as the ASA
+paper (Souza et al.) keeps Algorithm 1's state across runs: what one run saw of the queue
+serves the next. Waits seen on one cluster (a simulated one, this machine, a Slurm cluster)
+say nothing of another's, so each cluster has its own; a *scope* named by the user may share
+one deliberately. Runs sharing a store at the same time never lose each other's updates: an
+observation is saved by reading the stored state, applying it, and writing the result in one
+transaction.
 
 The learner draws a prediction from its distribution (Algorithm 1's action,
 scored when the wait is seen). The planner may plan with that draw, or with a
@@ -17,7 +22,7 @@ itself learns exactly as Algorithm 1 does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from learners.queue_wait import (
@@ -45,26 +50,34 @@ class QueueWaits:
     """Predicts waits for the planner and learns the waits the engine observes."""
 
     learner: QueueWaitLearner
+    name: str
+    """The learner's name in the store: its cluster (or scope) and geometry key."""
     estimate: float | None = None
     """The quantile of the learned distribution the planner uses; None: the learner's draw."""
-    dirty: bool = False
+    synced: dict[str, Any] | None = None
+    """The state as last read from or written to the store."""
+    unsaved: list[tuple[Geometry, float, Prediction | None]] = field(default_factory=list)
+    """Observations not yet in the store."""
 
     @classmethod
     async def load(
         cls,
         store: Store,
+        cluster: str,
         *,
         policy: str = DEFAULT_POLICY,
         seed: int = 0,
         key: Sequence[str] = GEOMETRY_FIELDS,
         estimate: float | None = None,
     ) -> QueueWaits:
-        """The store's learner for geometries told apart by ``key`` (a fresh one if it has
-        none), run with ``policy``; the planner plans with the ``estimate`` quantile."""
-        state = await store.load_learner(store_name(key))
+        """The store's learner of ``cluster`` for geometries told apart by ``key`` (a fresh
+        one if it has none), run with ``policy``; the planner plans with the ``estimate``
+        quantile."""
+        name = store_name(cluster, key)
+        state = await store.load_learner(name)
         if state is None:
-            return cls(QueueWaitLearner(policy=policy, seed=seed, key=key), estimate)
-        return cls(QueueWaitLearner.from_dict(state, policy=policy), estimate)
+            return cls(QueueWaitLearner(policy=policy, seed=seed, key=key), name, estimate)
+        return cls(QueueWaitLearner.from_dict(state, policy=policy), name, estimate, state)
 
     def predict(self, allocation: Allocation) -> tuple[float, Prediction]:
         """The wait to plan with, and the learner's prediction to score when the wait is seen."""
@@ -81,16 +94,31 @@ class QueueWaits:
     ) -> bool | None:
         """Learn a wait. The plan hit unless it over-predicted the wait: planned above the
         alternative closest to it (Table 2 of the ASA paper), the grid being the tolerance."""
-        self.learner.observe(geometry(allocation), wait, prediction)
-        self.dirty = True
+        g = geometry(allocation)
+        self.learner.observe(g, wait, prediction)
+        self.unsaved.append((g, wait, prediction))
         if planned is None:
             return None
         return bool(planned <= self.learner.grid[self.learner.closest(wait)])
 
     async def save(self, store: Store) -> None:
-        if self.dirty:
-            await store.save_learner(store_name(self.learner.key), self.learner.to_dict())
-            self.dirty = False
+        """Write the new observations; if another run saved meanwhile, apply them to its
+        state instead of overwriting it."""
+        if not self.unsaved:
+            return
+
+        def update(stored: dict[str, Any] | None) -> dict[str, Any]:
+            if stored == self.synced:  # nobody else wrote: our state is theirs plus ours
+                return self.learner.to_dict()
+            assert stored is not None
+            merged = QueueWaitLearner.from_dict(stored, policy=self.learner.policy)
+            for g, wait, prediction in self.unsaved:
+                merged.observe(g, wait, prediction)
+            self.learner = merged
+            return merged.to_dict()
+
+        self.synced = await store.update_learner(self.name, update)
+        self.unsaved.clear()
 
 
 def quantile(alternatives: Sequence[Alternative], q: float) -> float:
@@ -104,6 +132,12 @@ def quantile(alternatives: Sequence[Alternative], q: float) -> float:
     return ordered[-1].value
 
 
-def store_name(key: Sequence[str]) -> str:
-    """One learner per geometry key in a store: ``queue_wait/cores+nodes+partition``."""
-    return "queue_wait/" + "+".join(key)
+def store_name(cluster: str, key: Sequence[str]) -> str:
+    """One learner per cluster and geometry key in a store:
+    ``queue_wait/slurm:kebnekaise/cores+nodes+partition``."""
+    return f"queue_wait/{cluster}/" + "+".join(key)
+
+
+def cluster_of(name: str) -> str:
+    """The cluster (or scope) of a learner's :func:`store_name`."""
+    return name.removeprefix("queue_wait/").rsplit("/", 1)[0]

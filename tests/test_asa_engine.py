@@ -107,10 +107,11 @@ def test_the_learner_persists_in_the_store_across_runs():
     async def main():
         async with await Store.open(":memory:") as store:
             config = RunConfig(strategy="asa", mock=MockOptions(load=0.9, cluster=CLUSTER))
+            cluster = await config.mock.backend().cluster_name()
             await execute(TWO_STAGES, config, store)
-            first = (await QueueWaits.load(store)).learner.to_dict()
+            first = (await QueueWaits.load(store, cluster)).learner.to_dict()
             await execute(TWO_STAGES, config, store)
-            second = (await QueueWaits.load(store)).learner
+            second = (await QueueWaits.load(store, cluster)).learner
             return first, second
 
     first, second = clock.run(main(), virtual=True)

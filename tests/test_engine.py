@@ -9,10 +9,12 @@ import pytest
 from backends.base import JobState
 from backends.mock import MockSlurm
 from backends.workload import ClusterSpec
+from learners.queue_wait import GEOMETRY_FIELDS
 from orchestrator import clock
 from orchestrator.planner import Phase
 from orchestrator.session import MockOptions, RunConfig, execute, run_simulated
 from orchestrator.store import Store
+from orchestrator.waits import store_name
 from workflows.spec import example, load, loads
 
 IDLE = MockOptions(
@@ -106,7 +108,7 @@ def test_the_store_holds_the_run():
             attempts = await store.rows("attempts", {"run_id": summary.run_id})
             tasks = await store.rows("tasks", {"run_id": summary.run_id})
             waits = await store.rows("waits", {"run_id": summary.run_id})
-            learner = await store.load_learner("queue_wait/cores+nodes+partition")
+            learner = await store.load_learner(store_name(run_row["cluster"], GEOMETRY_FIELDS))
             return summary, run_row, pilots, attempts, tasks, waits, learner
 
     summary, run_row, pilots, attempts, tasks, waits, learner = clock.run(main(), virtual=True)
