@@ -11,6 +11,10 @@ while it waits it is PENDING with reason ``Dependency``. Running pilots are
 not packed: their cores may add up to more than the machine has (they then
 share its CPUs).
 
+A pilot's job id is its name. While it runs, ``run_dir/<name>.pilot`` records its workers'
+process ids, so that a manager resuming the run (:meth:`LocalBackend.reattach`) can follow
+them when the manager that started them is gone (they outlive it, waiting for a manager).
+
 A pilot's state follows its processes as Slurm's follows a batch job:
 ``release`` sends SIGTERM (the workers leave and exit 0: COMPLETED),
 ``cancel`` ends it CANCELLED, its time limit ends it TIMEOUT, and a worker
@@ -24,12 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import json
 import logging
 import math
 import os
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,10 +55,6 @@ WORKER_COMMAND = (sys.executable, "-m", "orchestrator.worker")
 DRAIN_FRACTION = 0.1
 """A worker stops taking tasks this fraction of its pilot's time limit before the end (at
 most the worker's default minute), so that short local pilots still get work."""
-
-CONNECT_S = 30.0
-"""How long a worker tries to reach its manager: a local manager that is gone for this long
-(it died) is not coming back."""
 
 Stop = Literal["release", "cancel", "timeout"]
 
@@ -118,7 +119,7 @@ class LocalBackend:
 
     def __init__(
         self,
-        manager: str,
+        manager: str | Path,
         run_dir: str | Path,
         *,
         worker_args: Sequence[str] = (),
@@ -127,7 +128,12 @@ class LocalBackend:
         kill_grace_s: float = 10.0,
         node: Resources | None = None,
     ) -> None:
-        self.manager = manager
+        self.manager = (
+            ("--manager-file", str(manager))
+            if isinstance(manager, Path)
+            else ("--manager", manager)
+        )
+        """How workers find their manager: its address, or a file holding it."""
         self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.worker_args = tuple(worker_args)
@@ -141,7 +147,6 @@ class LocalBackend:
         """Workers pinned to each CPU of this machine."""
         self._cpus: dict[int, list[int]] = {}
         """The CPUs of each running worker, by process id."""
-        self._ids = itertools.count(1)
         self._updates: asyncio.Queue[JobInfo] = asyncio.Queue()
         self._closed = False
 
@@ -183,8 +188,10 @@ class LocalBackend:
                     f"Job dependency problem: no job {', '.join(unknown) or 'ids'}", "dependency"
                 )
             depends_on = tuple(self._pilots[j] for j in request.dependency.job_ids)
+        if request.name in self._pilots:
+            raise SubmitError(f"pilot {request.name!r} was submitted already", "name")
         now = clock.now()
-        pilot = _Pilot(str(next(self._ids)), request, now, depends_on)
+        pilot = _Pilot(request.name, request, now, depends_on)
         self._pilots[pilot.job_id] = pilot
         self._test_dependency(pilot, now)
         return pilot.job_id
@@ -209,6 +216,38 @@ class LocalBackend:
     async def updates(self) -> AsyncIterator[JobInfo]:
         while True:
             yield await self._updates.get()
+
+    async def cluster_name(self) -> str:
+        return f"local:{socket.gethostname()}"
+
+    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
+        """Follow the workers of pilot ``request`` that an earlier manager started, from the
+        record of their process ids; None when none of them runs any more."""
+        record = self.run_dir / f"{request.name}.pilot"
+        try:
+            saved = json.loads(record.read_text())
+        except (OSError, ValueError):
+            return None
+        processes = [
+            p for p in (_Adopted.of(pid, started) for pid, started in saved["workers"]) if p
+        ]
+        if not processes:
+            record.unlink(missing_ok=True)
+            return None
+        now = clock.now()
+        start = clock.from_epoch(saved["start"])
+        pilot = _Pilot(request.name, request, start, state=JobState.RUNNING)
+        pilot.eligible_time = pilot.start_time = start
+        pilot.processes = list(processes)  # type: ignore[arg-type]
+        for process in processes:
+            self._pin(process, process.cores)
+        self._pilots[pilot.job_id] = pilot
+        loop = asyncio.get_running_loop()
+        pilot.timers.append(loop.call_at(max(now, start + request.time_limit_s), self._stop,
+                                         pilot, "timeout"))  # fmt: skip
+        pilot.runner = loop.create_task(self._follow(pilot))
+        self._notify(pilot)
+        return pilot.job_id
 
     async def close(self) -> None:
         """Kill every worker still running (and what it started); pending pilots never start."""
@@ -293,11 +332,12 @@ class LocalBackend:
                     worker_id = f"{request.name}.{i}"
                     command = [
                         *WORKER_COMMAND,
-                        *("--manager", self.manager, *self.worker_args),
+                        *self.manager,
+                        *self.worker_args,
                         *("--pilot-id", request.name, "--worker-id", worker_id),
                         # repr: the worker must get exactly what the sizer was told
                         *("--cores", repr(size.cores), "--memory", repr(size.memory)),
-                        *("--disk", repr(size.disk), "--connect-timeout", repr(CONNECT_S)),
+                        *("--disk", repr(size.disk)),
                         *("--end-time", repr(end), "--drain-margin", repr(drain)),
                         *("--root", str(pilot_dir / worker_id)),
                     ]
@@ -320,10 +360,23 @@ class LocalBackend:
             log.error("pilot %s: %s", request.name, pilot.start_error)
             for process in pilot.processes:
                 _kill_tree(process.pid)
+        self._record(pilot)
+        await self._follow(pilot)
+
+    def _record(self, pilot: _Pilot) -> None:
+        """Write down the running pilot's workers, for a manager that resumes the run."""
+        workers = [[p.pid, _started(p.pid)] for p in pilot.processes if p.returncode is None]
+        assert pilot.start_time is not None
+        saved = {"workers": workers, "start": clock.to_epoch(pilot.start_time)}
+        _write_atomically(self.run_dir / f"{pilot.request.name}.pilot", json.dumps(saved))
+
+    async def _follow(self, pilot: _Pilot) -> None:
+        """Wait for all of the pilot's workers, then end the pilot as they ended."""
         codes = await asyncio.gather(*(self._wait(p) for p in pilot.processes))
+        (self.run_dir / f"{pilot.request.name}.pilot").unlink(missing_ok=True)
         self._finish(pilot, self._final_state(pilot, codes))
 
-    def _pin(self, process: asyncio.subprocess.Process, cores: float) -> None:
+    def _pin(self, process: asyncio.subprocess.Process | _Adopted, cores: float) -> None:
         """Give the worker CPUs of its own, the least used, as Slurm gives a job's step its
         cpuset: the worker pins its tasks within its CPUs, so workers must not share them.
 
@@ -337,19 +390,21 @@ class LocalBackend:
             self._cpu_use[cpu] += 1
         self._cpus[process.pid] = cpus
 
-    async def _wait(self, process: asyncio.subprocess.Process) -> int:
+    async def _wait(self, process: asyncio.subprocess.Process | _Adopted) -> int | None:
         code = await process.wait()
         for cpu in self._cpus.pop(process.pid, ()):
             self._cpu_use[cpu] -= 1
         return code
 
-    def _final_state(self, pilot: _Pilot, codes: Sequence[int]) -> JobState:
+    def _final_state(self, pilot: _Pilot, codes: Sequence[int | None]) -> JobState:
         if pilot.stop == "cancel":
             return JobState.CANCELLED
         if pilot.stop == "timeout":
             return JobState.TIMEOUT
         released = pilot.stop == "release"
-        clean = all(code == 0 or (released and code == -signal.SIGTERM) for code in codes)
+        clean = all(  # None: an adopted worker's, unknown; it ended well if it was released
+            code == 0 or (released and code in (-signal.SIGTERM, None)) for code in codes
+        )
         if pilot.start_error or not clean:
             log.warning("pilot %s: workers exited with %s", pilot.request.name, list(codes))
             return JobState.FAILED
@@ -390,6 +445,52 @@ class LocalBackend:
 
     def _notify(self, pilot: _Pilot) -> None:
         self._updates.put_nowait(pilot.info())
+
+
+class _Adopted:
+    """A worker started by an earlier manager of the run: not our child, so it is followed
+    by polling, and its exit code is unknown (None)."""
+
+    POLL_S = 0.5
+
+    def __init__(self, process: psutil.Process) -> None:
+        self._process = process
+        self.pid = process.pid
+        self.returncode: int | None = None
+        self.cores = float(len(process.cpu_affinity() or ()))
+
+    @classmethod
+    def of(cls, pid: int, started: float | None) -> _Adopted | None:
+        """The worker ``pid`` if it still runs and is the process that was recorded."""
+        try:
+            process = psutil.Process(pid)
+            if started is not None and abs(process.create_time() - started) > 1.0:
+                return None  # its pid went to another process
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return cls(process)
+        except psutil.Error:
+            return None
+
+    async def wait(self) -> int | None:
+        with contextlib.suppress(psutil.Error):
+            while self._process.is_running() and self._process.status() != psutil.STATUS_ZOMBIE:
+                await clock.sleep(self.POLL_S)
+        self.returncode = 0
+        return None
+
+
+def _started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -207,6 +207,27 @@ class SlurmBackend:
             self._poller = None
         self._updates.put_nowait(None)
 
+    async def cluster_name(self) -> str:
+        """``slurm:<ClusterName>`` from ``scontrol show config``."""
+
+        async def ask() -> str:
+            out = await self._run(self.commands.scontrol, "show", "config")
+            found = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.MULTILINE)
+            return f"slurm:{found.group(1) if found else 'unnamed'}"
+
+        return await self._retrying("read the cluster's name", ask)
+
+    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
+        """Follow a pilot an earlier manager submitted: by its id, or, if the manager died
+        before storing it, by the pilot's job name and comment. None: Slurm no longer has it."""
+        if job_id is None:
+            found = await self.find(request.name, request.comment)
+            if not found:
+                return None
+            job_id = found[0]
+        self.track(job_id)
+        return job_id
+
     # -- beyond the protocol: re-attaching after a restart -------------------------------
 
     def track(self, job_id: str) -> None:

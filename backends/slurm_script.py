@@ -89,7 +89,8 @@ def sbatch_arguments(
         if value:
             args.append(f"{option}={value}")
     if request.dependency is not None:
-        args.append(f"--dependency={request.dependency.to_slurm()}")
+        # A dependency that can never be met ends the job rather than leaving it pending.
+        args += [f"--dependency={request.dependency.to_slurm()}", "--kill-on-invalid-dep=yes"]
     return [*args, *options, *request.extra]
 
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -19,15 +19,15 @@ from rich.table import Table
 from backends.base import SubmitError
 from backends.slurm import SlurmError
 from backends.workload import ClusterSpec
-from learners.queue_wait import GEOMETRY_FIELDS, Geometry
+from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
-from orchestrator import clock, human
+from orchestrator import clock, human, runs
 from orchestrator import worker as agent
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
-from orchestrator.engine import Refused
+from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import compare_tables, run_table, status_tables, strategies_table
 from orchestrator.session import (
@@ -35,13 +35,18 @@ from orchestrator.session import (
     TRACES,
     LocalOptions,
     MockOptions,
+    ResumeError,
     RunConfig,
     SetupError,
     SlurmOptions,
     execute,
+    last_unfinished,
 )
-from orchestrator.store import Store, default_path
-from orchestrator.waits import DEFAULT_POLICY, POLICIES, QueueWaits
+from orchestrator.session import cancel as cancel_run
+from orchestrator.session import resume as resume_run
+from orchestrator.store import Store, StoreError, default_path
+from orchestrator.summary import RunSummary
+from orchestrator.waits import DEFAULT_POLICY, POLICIES, cluster_of
 from workflows.sizing_bench import bench_sizing, format_sizing_table, sizing_rows
 from workflows.spec import SpecError, Workflow, example, load
 from workflows.traces import TraceError
@@ -138,6 +143,13 @@ IdleCancel = Annotated[
     ),
 ]
 Offset = Annotated[float | None, typer.Option(help="Mock trace offset in seconds from its start.")]
+LearnerScope = Annotated[
+    str | None,
+    typer.Option(
+        help="Share the queue-wait learner under this name across clusters (default: each "
+        "cluster learns its own waits)."
+    ),
+]
 
 
 def _learn_by(text: str) -> tuple[str, ...]:
@@ -275,6 +287,15 @@ def run(
     oversubscribe: Annotated[
         bool, typer.Option(help="Local: let a pilot ask for more cores than this machine has.")
     ] = False,
+    learner_scope: LearnerScope = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Take up the last run of this workflow file whose manager died or was "
+            "interrupted, where it stopped (as `leadtime resume RUN`); else start a new one.",
+        ),
+    ] = False,
     seed: Seed = 0,
     scale: Scale = None,
     db: Db = None,
@@ -310,9 +331,19 @@ def run(
         slurm=SlurmOptions(
             bind=bind, sbatch_options=tuple(sbatch_option or ()), worker_args=worker_args
         ),
+        learner_scope=learner_scope,
         **_sizer(sizer),
     )
-    summary = _run(workflow, config, db, dashboard=not (quiet or json_))
+    if resume and (previous := _unfinished(workflow, db)) is not None:
+        err.print(f"resuming run {previous} of {file}", highlight=False, markup=False)
+        summary = _resume(previous, db, dashboard=not (quiet or json_))
+    else:
+        summary = _run(workflow, config, db, dashboard=not (quiet or json_))
+    _report(summary, json_)
+
+
+def _report(summary: RunSummary, json_: bool) -> None:
+    """The figures of a run that ended, and its exit: 1 when it did not succeed."""
     if json_:
         out.print_json(json.dumps(summary.as_json()))
     else:
@@ -321,9 +352,20 @@ def run(
         fail(f"run {summary.run_id} {summary.status}: {summary.error}", code=1)
 
 
-def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: bool):
-    real = config.backend != "mock"
+Start = Callable[[Store, Observer | None], Awaitable[RunSummary]]
+"""A run to start (or resume) in a store, with a live view or none."""
 
+
+def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: bool):
+    return _start(
+        lambda store, view: execute(workflow, config, store, observer=view),
+        db,
+        real=config.backend != "mock",
+        dashboard=dashboard,
+    )
+
+
+def _start(start: Start, db: Path | None, *, real: bool, dashboard: bool) -> RunSummary:
     async def main():
         if real:  # SIGTERM ends a real run as Ctrl-C does: its pilots released, none left behind
             task = asyncio.current_task()
@@ -331,14 +373,18 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         async with await Store.open(db) as store:
             if not dashboard:
-                return await execute(workflow, config, store)
+                return await start(store, None)
             with live_view(out) as view:
-                return await execute(workflow, config, store, observer=view)
+                return await start(store, view)
 
     try:
         return clock.run(main(), virtual=not real)
+    except StoreError as e:
+        fail(str(e))
+    except ResumeError as e:
+        fail(str(e))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        fail("interrupted: the run's pilots were released", code=130)
+        fail("interrupted: the run's pilots were released (resume it with leadtime resume)", 130)
     except Refused as e:
         fail(str(e))
     except SubmitError as e:
@@ -347,6 +393,70 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
         fail(str(e))
     except SlurmError as e:
         fail(f"Slurm: {e}")
+
+
+def _unfinished(workflow: Workflow, db: Path | None) -> str | None:
+    path = db or default_path()
+    if not path.exists():
+        return None
+
+    async def main():
+        async with await Store.open(path, readonly=True) as store:
+            return await last_unfinished(store, workflow)
+
+    try:
+        return clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
+
+
+def _resume(run_id: str, db: Path | None, *, dashboard: bool) -> RunSummary:
+    return _start(
+        lambda store, view: resume_run(store, run_id, observer=view),
+        db,
+        real=True,
+        dashboard=dashboard,
+    )
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run (see `leadtime status`).")],
+    db: Db = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No live dashboard.")] = False,
+) -> None:
+    """Take up a run whose manager died (or was interrupted) where it stopped.
+
+    Nothing that finished runs again; pilots still queued or running are taken over, and
+    their workers carry on with the tasks they were running. Refused while the run's manager
+    is alive.
+    """
+    _existing(db)
+    _report(_resume(run_id, db, dashboard=not (quiet or json_)), json_)
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run (see `leadtime status`).")],
+    db: Db = None,
+) -> None:
+    """End a run for good: its manager stopped (on this host), or, if the manager is gone,
+    every pilot of the run cancelled from the store's record."""
+    path = _existing(db)
+
+    async def main():
+        async with await Store.open(path) as store:
+            return await cancel_run(store, run_id)
+
+    try:
+        cancelled = clock.run(main(), virtual=False)
+    except (StoreError, ResumeError) as e:
+        fail(str(e))
+    except SlurmError as e:
+        fail(f"Slurm: {e}")
+    jobs = f": cancelled {', '.join(cancelled)}" if cancelled else ""
+    out.print(f"run {run_id} cancelled{jobs}", highlight=False, markup=False)
 
 
 app.command("worker")(agent.command)
@@ -397,28 +507,46 @@ def status(
                 await store.rows("attempts", where, order="start_t"),
             )
 
-    rows, stages, attempts = clock.run(main(), virtual=False)
+    try:
+        rows, stages, attempts = clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
     if run_id is not None and not rows:
         fail(f"no run {run_id}")
     if run_id is not None:
-        for table in status_tables(rows[0], stages, attempts):
+        for table in status_tables(rows[0], stages, attempts, runs.state(rows[0])):
             out.print(table)
         return
     for row in rows:
         out.print(
             f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
-            f"{row['status']:<8} {row.get('error') or ''}",
+            f"{_state(row):<34} {row.get('error') or ''}",
             highlight=False,
             markup=False,
         )
 
 
-async def _existing_store(db: Path | None) -> Store:
-    """The store at ``db`` (or the default one), which must exist: reading creates no store."""
+def _state(run: dict) -> str:
+    """A run's state as ``status`` says it: ``manager gone (last seen 2 h 5 min ago)``."""
+    state = runs.state(run)
+    if state is not runs.RunState.MANAGER_GONE:
+        return str(state)
+    seen = runs.last_seen(run)
+    ago = "" if seen is None else f" (last seen {human.duration(clock.wall() - seen)} ago)"
+    return f"{state}{ago}"
+
+
+def _existing(db: Path | None) -> Path:
+    """The store's path, which must exist: reading creates no store."""
     path = db or default_path()
     if not path.exists():
         fail(f"no store at {path}")
-    return await Store.open(path)
+    return path
+
+
+async def _existing_store(db: Path | None) -> Store:
+    """The store at ``db`` (or the default one), opened for reading: it must exist."""
+    return await Store.open(_existing(db), readonly=True)
 
 
 def _csv(text: str, what: str) -> list[str]:
@@ -568,30 +696,52 @@ def learner_show(
     geometry: Annotated[
         str | None, typer.Option(help="Only this geometry, e.g. cores=28,partition=batch.")
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="Only this cluster's (or learner scope's) learner, e.g. slurm:kebnekaise."
+        ),
+    ] = None,
     top: Annotated[int, typer.Option(min=1, help="Alternatives shown per geometry.")] = 5,
     learn_by: LearnBy = ALL_FIELDS,
     db: Db = None,
 ) -> None:
-    """The learned wait distribution per geometry: top alternatives, observations, hit rate."""
+    """The learned wait distribution per cluster and geometry: top alternatives, observations,
+    hit rate. Each cluster (a Slurm cluster, this machine, a simulated cluster) has its own."""
+    key = _learn_by(learn_by)
+    try:
+        only = None if geometry is None else Geometry.parse(geometry)
+    except ValueError as e:
+        fail(f"--geometry: {e}")
 
     async def main():
         async with await _existing_store(db) as store:
-            return await QueueWaits.load(store, key=_learn_by(learn_by))
+            return await store.learners("queue_wait/")
 
-    learner = clock.run(main(), virtual=False).learner
     try:
-        chosen = learner.geometries() if geometry is None else [Geometry.parse(geometry)]
-    except ValueError as e:
-        fail(f"--geometry: {e}")
-    if not chosen:
-        out.print("the learner has seen no waits yet")
+        states = clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
+    learners = {
+        cluster_of(name): QueueWaitLearner.from_dict(state)
+        for name, state in states.items()
+        if name.endswith("/" + "+".join(key)) and (cluster is None or cluster_of(name) == cluster)
+    }
+    if not learners:
+        out.print("the learner has seen no waits yet" + (f" on {cluster}" if cluster else ""))
+    for scope, learner in learners.items():
+        _show_learner(scope, learner, only, top)
+
+
+def _show_learner(scope: str, learner: QueueWaitLearner, only: Geometry | None, top: int) -> None:
+    chosen = learner.geometries() if only is None else [only]
     for g in chosen:
         try:
             stats = learner.stats(g)
             alternatives = learner.distribution(g, top=top)
         except (KeyError, ValueError):
-            fail(f"no waits learned for geometry {g}")
-        table = Table(title=f"geometry {g}", title_justify="left")
+            fail(f"no waits learned on {scope} for geometry {g}")
+        table = Table(title=f"{scope} · geometry {g}", title_justify="left")
         for column in ("wait", "probability", "cases scored", "mean loss"):
             table.add_column(column, justify="right")
         for a in alternatives:

@@ -15,7 +15,7 @@ import asyncio
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause, cau
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
+from orchestrator.runs import HEARTBEAT_S, Manager, SavedRun
 from orchestrator.sizing_state import SizingState
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
@@ -60,6 +61,11 @@ class WorkerSource(Protocol):
         """The pilot's allocation ended: its workers are gone."""
         ...
 
+    def expect(self, worker_id: str, key: tuple[str, int], since: float) -> Any:
+        """A resumed run: the worker that was running attempt ``key`` (sent ``since``); its
+        ``follow(key, since)`` gives the attempt's result."""
+        ...
+
 
 @dataclass
 class TaskRun:
@@ -73,6 +79,8 @@ class TaskRun:
     allocation: Resources | None = None
     previous: Resources | None = None
     exhaustion: Exhaustion | None = None
+    lost: set[int] = field(default_factory=set)
+    """Attempts given up on: a result of one of them comes late, and never counts."""
 
 
 @dataclass
@@ -149,7 +157,9 @@ class Engine:
         observer: Observer | None = None,
         workdir: Path | None = None,
         run_dir: Path | None = None,
+        record: dict[str, Any] | None = None,
     ) -> None:
+        """``record``: more of the run for the store (its options, the workflow's text ...)."""
         self.workflow = workflow
         self.backend = backend
         self.store = store
@@ -188,6 +198,11 @@ class Engine:
         self._wake: float | None = None
         self._t0 = 0.0
         self._end_t: float | None = None
+        self._record = record or {}
+        self._restored: list[PilotRun] | None = None
+        """Pilots to take over before the loop starts, for a resumed run."""
+        self._expected: dict[str, list[AttemptSpec]] = {}
+        """Attempts of a resumed run still running on their workers, by worker id."""
 
     # ---- public -------------------------------------------------------------
 
@@ -201,14 +216,19 @@ class Engine:
 
     async def run(self) -> RunSummary:
         """Run the workflow to its end; always leaves no pilot of the run behind."""
-        self._t0 = clock.now()
-        await self._preflight()
+        if self._restored is None:
+            self._t0 = clock.now()
+            await self._preflight()
         await self._record_start()
         pump = asyncio.create_task(self._pump_updates())
+        beat = None if self.backend.simulated else asyncio.create_task(self._heartbeat())
         try:
-            for stage in self.stages.values():
-                if not stage.spec.after:
-                    self._set_phase(stage, Phase.READY)
+            if self._restored is None:
+                for stage in self.stages.values():
+                    if not stage.spec.after:
+                        self._set_phase(stage, Phase.READY)
+            else:
+                await self._take_over(self._restored)
             while self.status == "running":
                 await self._pass()
                 if self.status != "running":
@@ -217,15 +237,148 @@ class Engine:
                     self._apply(kind, payload)
         except BaseException as e:
             if self.status == "running":
-                self.status = "failed"
                 stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
-                why = "interrupted" if stopped else f"{type(e).__name__}: {e}"
-                self.error = self.error or why
+                self.status = "interrupted" if stopped else "failed"
+                self.error = self.error or (
+                    "interrupted" if stopped else f"{type(e).__name__}: {e}"
+                )
             raise
         finally:
+            if beat is not None:
+                beat.cancel()
             await self._shutdown()
             pump.cancel()
         return self.summary()
+
+    def restore(self, saved: SavedRun) -> None:
+        """Take up a run whose manager died, as the store left it: what is done stays done,
+        attempts that were running are awaited from their workers, pilots are taken over
+        (by :meth:`run`, before anything else)."""
+        self._t0 = clock.now() - (clock.wall() - saved.run["created"])
+        tasks = {row["task_id"]: row for row in saved.tasks}
+        for row in saved.attempts:
+            self._restore_attempt(row)
+        for stage in self.stages.values():
+            for task in stage.tasks:
+                if tasks.get(task.task.id, {}).get("state") == "done":
+                    task.state = "done"
+                    task.running = None
+                    stage.done += 1
+        for row in saved.stages:
+            stage = self.stages[row["stage"]]
+            stage.phase = Phase(row["state"])
+            stage.ready_t, stage.start_t, stage.end_t = row["ready_t"], row["start_t"], row["end_t"]
+            if stage.phase in (Phase.READY, Phase.RUNNING):
+                stage.queue.extend(t for t in stage.tasks if t.state == "queued")
+        hits = {row["pilot_id"]: row["hit"] for row in saved.waits}
+        self._restored = [
+            self._restore_pilot(row, hits.get(row["pilot_id"])) for row in saved.pilots
+        ]
+
+    def _restore_attempt(self, row: dict[str, Any]) -> None:
+        task = self._task(row["task_id"])
+        stage = self.stages[task.task.stage]
+        attempt, outcome = row["attempt"], row["outcome"]
+        task.attempts = max(task.attempts, attempt)
+        stage.attempts += 1
+        allocation = Resources(**row["allocation"]) if row["allocation"] else None
+        if outcome == "running" and allocation is not None and row["worker"]:
+            task.state, task.running = "running", attempt
+            stage.running[(task.task.id, attempt)] = row["start_t"] or 0.0
+            spec = self._spec(task, attempt, allocation)
+            self._expected.setdefault(row["worker"], []).append(spec)
+            return
+        if outcome == "running":  # sent to no worker: it never ran
+            task.lost.add(attempt)
+            return
+        if outcome == Outcome.SUCCESS and row["peak"]:
+            stage.durations.add(row["peak"]["wall"])
+        elif outcome == Outcome.FAILED:
+            task.failures += 1
+        elif outcome == Outcome.EXHAUSTED and allocation is not None:
+            task.previous = allocation
+            task.exhaustion = Exhaustion(row["exhausted"], row["measured"])
+        elif outcome == Outcome.LOST:
+            task.lost.add(attempt)
+
+    def _restore_pilot(self, row: dict[str, Any], hit: bool | None) -> PilotRun:
+        request = request_of(row["request"])
+        absolute = self._abs
+        info = JobInfo(
+            job_id=row["job_id"] or "",
+            state=JobState(row["state"]) if row["state"] != "SUBMITTING" else JobState.PENDING,
+            reason=row["reason"] or "",
+            submit_time=absolute(row["submit_t"]),
+            eligible_time=absolute(row["eligible_t"]),
+            start_time=absolute(row["start_t"]),
+            end_time=absolute(row["end_t"]),
+        )
+        pilot = PilotRun(
+            row["pilot_id"],
+            tuple(row["stage"].split(",")),
+            allocation_of(request),
+            request,
+            row["submit_t"],
+            row["predicted_wait"],
+            job_id=row["job_id"],
+            info=info,
+            hit=hit,
+        )
+        self.pilots[pilot.pilot_id] = pilot
+        for name in (pilot.pilot_id, request.name, pilot.job_id):
+            if name:
+                self._known_as[name] = pilot
+        return pilot
+
+    async def _take_over(self, pilots: Sequence[PilotRun]) -> None:
+        """A resumed run's live pilots followed again (those gone meanwhile are replaced by
+        the planner), and its running attempts awaited from the workers that ran them."""
+        gone = []
+        for pilot in pilots:
+            if not pilot.live:
+                continue
+            job_id = await self.backend.reattach(pilot.request, pilot.job_id)
+            if job_id is None:
+                gone.append(pilot)
+                continue
+            pilot.job_id = job_id
+            self._known_as[job_id] = pilot
+            self.store.stage(
+                "pilots", {"run_id": self.run_id, "pilot_id": pilot.pilot_id}, job_id=job_id
+            )
+            self._note(f"pilot {pilot.pilot_id}: taken over (job {job_id})")
+        for pilot in gone:  # after the others: a dependent of a gone pilot is cancelled
+            assert pilot.info is not None
+            pilot.info = replace(pilot.info, state=JobState.FAILED, reason="gone")
+            self.store.stage(
+                "pilots",
+                {"run_id": self.run_id, "pilot_id": pilot.pilot_id},
+                state=str(JobState.FAILED),
+                reason="gone while the run had no manager",
+            )
+            self._note(f"pilot {pilot.pilot_id}: gone while the run had no manager")
+            self._pilot_ended(pilot, pilot.info)
+        now = clock.now()
+        for worker_id, specs in self._expected.items():
+            for spec in specs:
+                stage = self.stages[self._task(spec.task_id).task.stage]
+                since = min(now, self._t0 + stage.running[(spec.task_id, spec.attempt)])
+                worker = self.source.expect(worker_id, (spec.task_id, spec.attempt), since)
+                self._follow(worker, spec, since)
+        await self.store.flush()
+
+    def _follow(self, worker: Any, spec: AttemptSpec, since: float) -> None:
+        async def attempt() -> None:
+            result = await worker.follow((spec.task_id, spec.attempt), since)
+            self.post("result", (worker, spec, result))
+
+        self._spawn(attempt())
+
+    async def _heartbeat(self) -> None:
+        """Tell the store, now and then, that this run's manager is alive."""
+        while True:
+            await self.store.put("runs", {"run_id": self.run_id}, heartbeat=clock.wall())
+            await clock.sleep(HEARTBEAT_S)
 
     def summary(self) -> RunSummary:
         end = self._end_t if self._end_t is not None else self.now()
@@ -591,6 +744,8 @@ class Engine:
             return
         pilot.workers.append(worker)
         self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
+        for spec in self._expected.pop(worker.id, ()):  # attempts it kept running for us
+            self.pool.occupy(worker.id, spec.allocation)
         if pilot.released:
             self.pool.drain(pilot.pilot_id)
 
@@ -655,15 +810,7 @@ class Engine:
         stage.last_allocation = task.allocation
         if stage.phase == Phase.READY:
             self._set_phase(stage, Phase.RUNNING)
-        spec = AttemptSpec(
-            task.task.id,
-            task.attempts,
-            task.task.command,
-            task.allocation,
-            task.task.category,
-            str(self.workdir),
-            task.task.outputs,
-        )
+        spec = self._spec(task, task.attempts, task.allocation)
         stage.running[(spec.task_id, spec.attempt)] = self.now()
         self.store.stage(
             "attempts",
@@ -675,6 +822,12 @@ class Engine:
             start_t=self.now(),
         )
         return spec
+
+    def _spec(self, task: TaskRun, attempt: int, allocation: Resources) -> AttemptSpec:
+        t = task.task
+        return AttemptSpec(
+            t.id, attempt, t.command, allocation, t.category, str(self.workdir), t.outputs
+        )
 
     def _launch(self, worker: Worker, spec: AttemptSpec) -> None:
         async def attempt() -> None:
@@ -694,9 +847,11 @@ class Engine:
         stage = self.stages[task_run.task.stage]
         stage.running.pop((spec.task_id, spec.attempt), None)
         key = {"run_id": self.run_id, "task_id": spec.task_id, "attempt": spec.attempt}
-        if task_run.running != spec.attempt:  # given up on: recorded, never counted
-            self.store.stage("attempts", key, outcome=f"late {result.outcome}", end_t=self.now())
-            return
+        if task_run.running != spec.attempt:
+            if spec.attempt in task_run.lost and result.outcome is not Outcome.LOST:
+                # given up on, then heard of: recorded, never counted
+                self.store.stage("attempts", key, outcome=f"late {result.outcome}")
+            return  # else a result told twice (a worker resends what a dead manager heard)
         task_run.running = None
         why = cause(result, spec.allocation)
         if why is not None and self.status == "running":  # not the attempts a run's end stops
@@ -732,6 +887,7 @@ class Engine:
             task_run.previous, task_run.exhaustion = spec.allocation, result.exhaustion
             self._requeue(stage, task_run)
         elif result.outcome == Outcome.LOST:
+            task_run.lost.add(spec.attempt)
             task_run.allocation = spec.allocation
             self._requeue(stage, task_run)
         else:
@@ -780,6 +936,9 @@ class Engine:
     def _rel(self, t: float | None) -> float | None:
         return None if t is None else t - self._t0
 
+    def _abs(self, t: float | None) -> float | None:
+        return None if t is None else t + self._t0
+
     def _figures(self, p: PilotRun) -> PilotFigures:
         info = p.info
         return PilotFigures(
@@ -800,6 +959,11 @@ class Engine:
         for name, mean in history.items():
             if name in self.stages:
                 self.stages[name].durations.prior = mean
+        manager = {"manager": Manager.this().as_json(), "heartbeat": clock.wall()}
+        if self._restored is not None:
+            self.store.stage("runs", {"run_id": self.run_id}, status="running", **manager)
+            await self.store.flush()
+            return
         self.store.stage(
             "runs",
             {"run_id": self.run_id},
@@ -812,6 +976,9 @@ class Engine:
             scale=self.options.scale,
             status="running",
             created=clock.wall(),
+            run_dir=str(self.run_dir),
+            **self._record,
+            **manager,
         )
         for stage in self.stages.values():
             self.store.stage(
@@ -884,3 +1051,34 @@ def _request_json(request: PilotRequest) -> dict[str, Any]:
         "comment": request.comment,
         "extra": list(request.extra),
     }
+
+
+def request_of(saved: dict[str, Any]) -> PilotRequest:
+    """A pilot's request as :func:`_request_json` stored it."""
+    dependency = saved["dependency"]
+    return PilotRequest(
+        name=saved["name"],
+        cores=saved["cores"],
+        nodes=saved["nodes"],
+        memory_mb=saved["memory_mb"],
+        time_limit_s=saved["time_limit_s"],
+        partition=saved["partition"],
+        account=saved["account"],
+        qos=saved["qos"],
+        dependency=Dependency.parse(dependency) if dependency else None,
+        comment=saved["comment"],
+        extra=tuple(saved["extra"]),
+    )
+
+
+def allocation_of(request: PilotRequest) -> Allocation:
+    return Allocation(
+        cores=request.cores,
+        nodes=request.nodes,
+        memory_mb=request.memory_mb,
+        time_limit_s=request.time_limit_s,
+        partition=request.partition,
+        account=request.account,
+        qos=request.qos,
+        sbatch=request.extra,
+    )

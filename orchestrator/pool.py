@@ -112,6 +112,13 @@ class Pool:
         caps = [s.worker.capacity for s in self._slots.values() if self.share or stage in s.stages]
         return max(caps, key=lambda c: (c.cores, c.memory, c.disk), default=None)
 
+    def occupy(self, worker_id: str, allocation: Resources) -> None:
+        """Count an attempt already running on a worker that (re)joined the pool."""
+        slot = self._slots.get(worker_id)
+        if slot is not None:
+            slot.used = slot.used.plus(allocation)
+            slot.running += 1
+
     def release(self, worker_id: str, allocation: Resources) -> None:
         """Give back what an attempt held (no-op if the worker already left)."""
         slot = self._slots.get(worker_id)

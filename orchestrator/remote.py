@@ -44,6 +44,10 @@ class RemoteWorkers:
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
 
+    def expect(self, worker_id: str, key: tuple[str, int], since: float) -> RemoteWorker:
+        """A resumed run's attempt ``key`` still running on worker ``worker_id``."""
+        return self.manager.expect(worker_id, key, since)
+
     def _joined(self, worker: RemoteWorker) -> None:
         if self._post is None:
             raise RuntimeError(f"worker {worker.id} joined before the engine was attached")

@@ -129,13 +129,13 @@ StoreRow = Mapping[str, Any]
 
 
 def status_tables(
-    run: StoreRow, stages: Sequence[StoreRow], attempts: Sequence[StoreRow]
+    run: StoreRow, stages: Sequence[StoreRow], attempts: Sequence[StoreRow], state: str
 ) -> list[Table]:
-    """One run from the store: its stages, with their retries by cause, and every attempt
-    that did not succeed, with why."""
+    """One run from the store (``state``: its status, its manager's liveness included): its
+    stages, with their retries by cause, and every attempt that did not succeed, with why."""
     head = Table(
         title=f"run {run['run_id']} · {run['workflow']} · {run['strategy']} · {run['backend']}"
-        f" · {run['status']}",
+        f" · {state}",
         title_justify="left",
     )
     for column in ("stage", "state", "tasks", "done", "attempts", "did not succeed"):

@@ -7,15 +7,18 @@ so a run looks the same whichever door it came in by.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
+import signal
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from backends.base import BatchBackend
+from backends.base import BatchBackend, JobState
 from backends.local import WORKER_COMMAND, LocalBackend
 from backends.mock import MockSlurm
 from backends.slurm import SlurmBackend
@@ -24,18 +27,19 @@ from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
-from orchestrator import clock, protocol
-from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
+from orchestrator import clock, protocol, runs
+from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
 from orchestrator.manager import Manager, host_address
 from orchestrator.planner import Planner, make_planner
 from orchestrator.pool import Pool
 from orchestrator.remote import RemoteWorkers
+from orchestrator.runs import RunState, SavedRun
 from orchestrator.simulate import SimulatedWorkers, task_truths
 from orchestrator.sizing_state import SizingState, stage_share
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, QueueWaits
-from workflows.spec import Allocation, Task, Workflow
+from workflows.spec import Allocation, Task, Workflow, loads
 
 BACKENDS = ("mock", "local", "slurm")
 TRACES = ("HPC2N", "KTH", "CTC")
@@ -128,6 +132,10 @@ class RunConfig:
     share: bool = True
     """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
     idle_cancel_s: float = 600.0
+    learner_scope: str | None = None
+    """Whose queue waits the learner learns and uses: by default the cluster's (its name on
+    Slurm, this host locally, the simulated cluster and its load); a name shares one
+    learner between clusters deliberately."""
     workdir: Path | None = None
     """Where tasks run and their relative paths lead (default: the workflow's ``workdir``,
     that is its file's directory). The run's own files (pilot output, the secret, kept
@@ -150,6 +158,31 @@ class RunConfig:
         if not 0 < q <= 1:
             raise ValueError(f"wait estimate {self.wait_estimate}: a quantile is in (0, 1]")
         return q
+
+
+def config_json(config: RunConfig) -> dict[str, Any]:
+    """A run's configuration as plain data, for the store (:func:`config_of` reads it)."""
+    return json.loads(json.dumps(asdict(config), default=str))
+
+
+def config_of(data: dict[str, Any]) -> RunConfig:
+    """The configuration :func:`config_json` wrote."""
+    mock, local, slurm = dict(data["mock"]), dict(data["local"]), dict(data["slurm"])
+    if mock["cluster"] is not None:
+        mock["cluster"] = ClusterSpec(**mock["cluster"])
+    local["worker_args"] = tuple(local["worker_args"])
+    slurm["worker_args"] = tuple(slurm["worker_args"])
+    slurm["sbatch_options"] = tuple(slurm["sbatch_options"])
+    return RunConfig(
+        **{
+            **data,
+            "learn_by": tuple(data["learn_by"]),
+            "workdir": Path(data["workdir"]) if data["workdir"] else None,
+            "mock": MockOptions(**mock),
+            "local": LocalOptions(**local),
+            "slurm": SlurmOptions(**slurm),
+        }
+    )
 
 
 def stage_worker(allocation: Allocation, node: Resources) -> Resources:
@@ -182,30 +215,118 @@ async def execute(
     observer: Observer | None = None,
     run_id: str | None = None,
     planner: Planner | None = None,
+    saved: SavedRun | None = None,
 ) -> RunSummary:
-    """Run ``workflow`` once and return its figures (the store keeps the details).
+    """Run ``workflow`` once and return its figures (the store keeps the details); with
+    ``saved``, take over that run where its dead manager left it (:func:`resume`).
 
     Without ``backend``, ``config.backend`` says where pilots come from.
     """
-    run_id = run_id or uuid.uuid4().hex[:12]
-    dirs = RunDirs.of(workflow, config, run_id)
+    if saved is not None:
+        run_id = saved.run["run_id"]
+        dirs = RunDirs(Path(config.workdir or "."), Path(saved.run["run_dir"]))
+    else:
+        run_id = run_id or uuid.uuid4().hex[:12]
+        dirs = RunDirs.of(workflow, config, run_id)
     async with contextlib.AsyncExitStack() as stack:
-        if backend is None and config.backend == "local":
-            backend, workers = await stack.enter_async_context(
-                local_pilots(config.local, dirs.run_dir)
+        run: RunManager | None = None
+        if backend is None and config.backend in ("local", "slurm"):
+            run = await stack.enter_async_context(
+                run_manager(config, dirs.run_dir, resumed=saved is not None)
             )
-        elif backend is None and config.backend == "slurm":
-            backend, workers = await stack.enter_async_context(
-                slurm_pilots(config.slurm, dirs.run_dir)
-            )
+            backend, workers = run.backend, run.workers
         elif backend is None and config.backend == "mock":
             backend = config.mock.backend()
         elif backend is None:
             raise ValueError(f"unknown backend {config.backend!r}; choose one of {BACKENDS}")
         stack.push_async_callback(backend.close)
         return await _execute(
-            workflow, config, store, backend, workers, observer, run_id, planner, dirs
+            workflow, config, store, backend, workers, observer, run_id, planner, dirs, run, saved
         )
+
+
+class ResumeError(Exception):
+    """A run that cannot be resumed or cancelled, and why (a user's mistake: exit 2)."""
+
+
+async def resume(store: Store, run_id: str, *, observer: Observer | None = None) -> RunSummary:
+    """Take over run ``run_id``, whose manager died (or was interrupted), where it stopped:
+    nothing that finished runs again; live pilots and their running attempts carry on."""
+    saved = await SavedRun.load(store, run_id)
+    if saved is None:
+        raise ResumeError(f"no run {run_id} in the store")
+    run = saved.run
+    state = runs.state(run)
+    if state is RunState.RUNNING:
+        manager = runs.Manager.of(run.get("manager"))
+        where = f" (pid {manager.pid} on {manager.host})" if manager else ""
+        raise ResumeError(f"run {run_id} is running: its manager{where} is alive")
+    if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
+        raise ResumeError(f"run {run_id} is {state}: nothing to resume")
+    if run.get("backend") == "mock":
+        raise ResumeError(
+            f"run {run_id} ran on the simulated cluster, which lived in its manager: run it again"
+        )
+    if not run.get("workflow_text") or not run.get("options"):
+        raise ResumeError(f"run {run_id} was started from Python: it cannot be resumed")
+    config = config_of(run["options"])
+    source = run["source"] or "<string>"
+    workflow = loads(run["workflow_text"], source=source, scale=run["scale"])
+    return await execute(workflow, config, store, observer=observer, saved=saved)
+
+
+async def last_unfinished(store: Store, workflow: Workflow) -> str | None:
+    """The newest run of ``workflow`` (the same file) that can be resumed, if any."""
+    source = str(workflow.source) if workflow.source else None
+    found = await store.rows("runs", {"workflow": workflow.name}, order="created DESC")
+    for run in found:
+        if run["source"] == source and runs.state(run) in (
+            RunState.MANAGER_GONE,
+            RunState.INTERRUPTED,
+        ):
+            return str(run["run_id"])
+    return None
+
+
+async def cancel(store: Store, run_id: str) -> list[str]:
+    """End run ``run_id`` for good: its manager stopped if it runs on this host, else every
+    pilot of it cancelled from the store's record; the job ids cancelled."""
+    saved = await SavedRun.load(store, run_id)
+    if saved is None:
+        raise ResumeError(f"no run {run_id} in the store")
+    run = saved.run
+    state = runs.state(run)
+    manager = runs.Manager.of(run.get("manager"))
+    if state is RunState.RUNNING and manager is not None:
+        if manager.host != socket.gethostname():
+            raise ResumeError(
+                f"run {run_id} is managed by pid {manager.pid} on {manager.host}: stop it there"
+            )
+        os.kill(manager.pid, signal.SIGTERM)  # it releases its pilots, as on Ctrl-C
+        while manager.alive(None):
+            await clock.sleep(0.2)
+        return []
+    if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
+        raise ResumeError(f"run {run_id} is {state}: nothing to cancel")
+    cancelled = []
+    if run.get("options") and run.get("backend") in ("local", "slurm"):
+        config = config_of(run["options"])
+        async with run_manager(config, Path(run["run_dir"]), resumed=True) as owner:
+            for row in saved.pilots:
+                if row["state"] in _ENDED:
+                    continue
+                request = request_of(row["request"])
+                job_id = await owner.backend.reattach(request, row["job_id"])
+                if job_id is not None:
+                    await owner.backend.cancel(job_id)
+                    cancelled.append(job_id)
+            await owner.backend.close()
+            owner.end()
+    await store.put("runs", {"run_id": run_id}, status=str(RunState.CANCELLED), ended=clock.wall())
+    return cancelled
+
+
+_ENDED = {str(s) for s in JobState if s.finished}
 
 
 @dataclass(frozen=True)
@@ -233,6 +354,8 @@ async def _execute(
     run_id: str,
     planner: Planner | None,
     dirs: RunDirs,
+    run: RunManager | None,
+    saved: SavedRun | None,
 ) -> RunSummary:
     mock = backend if isinstance(backend, MockSlurm) else None
     if mock is not None:
@@ -264,8 +387,10 @@ async def _execute(
             share=share[task.stage],
         )
 
+    cluster = config.learner_scope or await backend.cluster_name()
     waits = await QueueWaits.load(
         store,
+        cluster,
         policy=config.policy,
         seed=config.seed,
         key=config.learn_by,
@@ -295,95 +420,137 @@ async def _execute(
         observer=observer,
         workdir=dirs.workdir,
         run_dir=dirs.run_dir,
+        record={
+            "options": config_json(replace(config, workdir=dirs.workdir)),
+            "workflow_text": _text(workflow),
+            "cluster": cluster,
+        },
     )
     if isinstance(workers, RemoteWorkers):
         workers.attach(engine.post)
-    return await engine.run()
+    if saved is not None:
+        engine.restore(saved)
+    if run is None:
+        return await engine.run()
+    await run.start()
+    try:
+        summary = await engine.run()
+    except BaseException:
+        if engine.status != "running":  # it ended (interrupted, failed): nothing to resume
+            run.end()
+        raise
+    run.end()
+    return summary
 
 
-@dataclass(frozen=True)
+def _text(workflow: Workflow) -> str | None:
+    """The workflow file's text, kept so that a resumed run runs exactly what this one ran."""
+    if workflow.source is None or not workflow.source.is_file():
+        return None
+    return workflow.source.read_text(encoding="utf-8")
+
+
+@dataclass
 class RunManager:
-    """This process as a run's manager: listening, with the run's secret and directory."""
+    """This process as a run's manager: its secret and directory, the manager that workers
+    join, and the backend that starts them.
+
+    The run's secret is a file of mode 0600 in the run directory, read by the workers
+    (``--secret-file``): never on a command line (any user can read those), nor in a batch
+    script (slurmctld keeps a copy). The manager's address is the file ``manager`` there,
+    which workers read again whenever they look for their manager: a manager that resumes the
+    run takes over the same secret and writes its own address. Both files stay while the run
+    may be resumed and go when it ends (:meth:`end`).
+    """
 
     manager: Manager
-    address: str
-    """``HOST:PORT`` the workers connect to."""
-    secret: bytes
+    backend: LocalBackend | SlurmBackend
+    workers: RemoteWorkers
     run_dir: Path
+    bind: str
+    wildcard: str
+
+    @property
+    def secret_file(self) -> Path:
+        return self.run_dir / "secret"
+
+    @property
+    def address_file(self) -> Path:
+        return self.run_dir / "manager"
+
+    async def start(self) -> None:
+        """Listen, and tell the workers where (after a resumed engine expects its workers)."""
+        try:
+            host, port = await self.manager.start()
+        except OSError as e:
+            raise SetupError(f"the manager cannot listen on {self.bind}: {e}") from e
+        if host in ("0.0.0.0", "::"):
+            host = self.wildcard
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        temporary = self.address_file.with_name("manager.tmp")
+        temporary.write_text(address + "\n")
+        temporary.replace(self.address_file)
+
+    def end(self) -> None:
+        """The run is over: its secret and address go."""
+        self.secret_file.unlink(missing_ok=True)
+        self.address_file.unlink(missing_ok=True)
 
 
 @contextlib.asynccontextmanager
 async def run_manager(
-    bind: str, heartbeat_s: float, run_dir: Path, *, wildcard: str
+    config: RunConfig, run_dir: Path, *, resumed: bool
 ) -> AsyncIterator[RunManager]:
-    """Make the run's directory and secret, and start its manager on ``bind``.
+    """The run's directory, secret, manager (not listening yet) and backend.
 
-    Workers of a manager listening on every address (``0.0.0.0``, ``::``) connect to
-    ``wildcard``.
+    The workers run this process's interpreter (a virtual environment's works on any node
+    that shares its file system).
     """
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise SetupError(f"cannot make the run directory {run_dir}: {e.strerror}") from e
-        secret = protocol.generate_secret()
-        manager = Manager(secret, host=bind, heartbeat_s=heartbeat_s)
-        try:
-            host, port = await manager.start()
-        except OSError as e:
-            raise SetupError(f"the manager cannot listen on {bind}: {e}") from e
-        stack.push_async_callback(manager.close)
-        if host in ("0.0.0.0", "::"):
-            host = wildcard
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        yield RunManager(manager, address, secret, run_dir)
-
-
-@contextlib.asynccontextmanager
-async def local_pilots(
-    options: LocalOptions, run_dir: Path
-) -> AsyncIterator[tuple[LocalBackend, RemoteWorkers]]:
-    """This process as the run's manager, and pilots of local workers that connect to it.
-
-    The run's secret reaches the workers through their environment only.
-    """
-    async with run_manager(options.bind, options.heartbeat_s, run_dir, wildcard="127.0.0.1") as run:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SetupError(f"cannot make the run directory {run_dir}: {e.strerror}") from e
+    secret_file = run_dir / "secret"
+    try:
+        if resumed:
+            secret = protocol.load_secret(secret_file, {})
+        else:
+            secret = protocol.generate_secret()
+            protocol.write_secret(secret_file, secret)
+    except (protocol.SecretError, OSError) as e:
+        raise SetupError(f"the run's secret: {e}") from e
+    worker = (
+        "--manager-file",
+        str(run_dir / "manager"),
+        "--secret-file",
+        str(secret_file),
+    )
+    backend: LocalBackend | SlurmBackend
+    if config.backend == "local":
+        options = config.local
+        bind, wildcard = options.bind, "127.0.0.1"
         backend = LocalBackend(
-            run.address,
-            run.run_dir,
-            worker_args=options.worker_args,
-            worker_env={protocol.SECRET_ENV: run.secret.hex()},
+            run_dir / "manager",
+            run_dir,
+            worker_args=(*worker[2:], *options.worker_args),
             oversubscribe=options.oversubscribe,
         )
-        yield backend, RemoteWorkers(run.manager)
-
-
-@contextlib.asynccontextmanager
-async def slurm_pilots(
-    options: SlurmOptions, run_dir: Path
-) -> AsyncIterator[tuple[SlurmBackend, RemoteWorkers]]:
-    """This process as the run's manager, and Slurm pilots whose workers connect to it.
-
-    The workers run this process's interpreter (a virtual environment's works
-    on any node that shares its file system). The run's secret reaches them
-    through a file of mode 0600 in the run directory, removed when the run
-    ends: not on their command line (any user can read it), nor in the batch
-    script (slurmctld keeps a copy).
-    """
-    bind = options.bind or host_address()
-    async with run_manager(bind, options.heartbeat_s, run_dir, wildcard=socket.getfqdn()) as run:
-        secret_file = protocol.write_secret(run.run_dir / "secret", run.secret)
-        try:
-            command = [*WORKER_COMMAND, "--manager", run.address, "--secret-file", str(secret_file)]
-            backend = SlurmBackend(
-                [*command, *options.worker_args],
-                run.run_dir,
-                sbatch_options=options.sbatch_options,
-                poll_interval_s=options.poll_interval_s,
-            )
-            yield backend, RemoteWorkers(run.manager)
-        finally:
-            secret_file.unlink(missing_ok=True)
+        heartbeat_s = options.heartbeat_s
+    else:
+        slurm = config.slurm
+        bind, wildcard = slurm.bind or host_address(), socket.getfqdn()
+        backend = SlurmBackend(
+            [*WORKER_COMMAND, *worker, *slurm.worker_args],
+            run_dir,
+            sbatch_options=slurm.sbatch_options,
+            poll_interval_s=slurm.poll_interval_s,
+        )
+        heartbeat_s = slurm.heartbeat_s
+    manager = Manager(secret, host=bind, heartbeat_s=heartbeat_s)
+    try:
+        yield RunManager(manager, backend, RemoteWorkers(manager), run_dir, bind, wildcard)
+    finally:
+        await manager.close()
 
 
 NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)

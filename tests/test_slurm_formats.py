@@ -111,6 +111,7 @@ def test_pinned_nodes_split_cores_and_memory_per_node():
         "--account=proj",
         "--qos=high",
         "--dependency=afterok:11:12",
+        "--kill-on-invalid-dep=yes",
         "--reservation=r",
         "--exclusive",
     ]

@@ -245,7 +245,9 @@ def test_causes_read_as_a_person_says_them():
 
 
 def test_the_engine_counts_only_the_attempt_in_flight():
-    """A result for an attempt given up on is recorded as late and never counted."""
+    """A result for an attempt given up on (its worker was lost) is recorded as late and
+    never counted; a result told twice (a worker resends what a dead manager heard) is
+    ignored."""
 
     workflow = loads(
         textwrap.dedent(
@@ -265,12 +267,15 @@ def test_the_engine_counts_only_the_attempt_in_flight():
         done = [t for t in engine.stages["a"].tasks if t.state == "done"]
         if done and not forged:
             task = done[0]
-            spec = AttemptSpec(task.task.id, task.attempts + 5, "true", Resources(1, 10, 1))
-            slot = engine.pool.place("a", spec.allocation, clock.now())
-            assert slot is not None
-            forged.append(spec)
-            late = AttemptResult(spec.task_id, spec.attempt, Outcome.SUCCESS, Resources(1, 5, 0, 1))
-            engine.post("result", (slot.worker, spec, late))
+            given_up = AttemptSpec(task.task.id, task.attempts + 5, "true", Resources(1, 10, 1))
+            task.lost.add(given_up.attempt)  # as when its worker was lost
+            counted = AttemptSpec(task.task.id, task.attempts, "true", Resources(1, 10, 1))
+            for spec in (given_up, counted):
+                slot = engine.pool.place("a", spec.allocation, clock.now())
+                assert slot is not None
+                forged.append(spec)
+                result = AttemptResult(task.task.id, spec.attempt, Outcome.SUCCESS, Resources(1, 5))
+                engine.post("result", (slot.worker, spec, result))
 
     async def main():
         async with await Store.open(":memory:") as store:
@@ -279,6 +284,11 @@ def test_the_engine_counts_only_the_attempt_in_flight():
 
     summary, attempts = clock.run(main(), virtual=True)
     assert summary.status == "done", summary.error
-    late = [a for a in attempts if a["attempt"] == forged[0].attempt]
+    given_up, counted = forged
+    late = [a for a in attempts if a["attempt"] == given_up.attempt]
     assert [a["outcome"] for a in late] == ["late success"]
+    twice = [
+        a for a in attempts if (a["task_id"], a["attempt"]) == (counted.task_id, counted.attempt)
+    ]
+    assert [a["outcome"] for a in twice] == ["success"]
     assert summary.stages[0].tasks == 8

@@ -1,0 +1,64 @@
+"""A run whose manager is killed is resumed where it stopped, on the local backend: nothing
+that finished runs again, live pilots and their running tasks are taken over, nothing of the
+run is left behind. The same on Slurm is in test_e2e_slurm.py; bench/resume_sweep.py kills at
+twenty points of each."""
+
+import json
+import sqlite3
+import subprocess
+import time
+
+import pytest
+from crash import Crash
+
+POINTS = {  # when the manager is killed, and whether a pilot is then surely running
+    "in the first stage": (lambda c: c.done("a") >= 2, True),
+    "at the stage boundary": (lambda c: c.done("a") == c.tasks, False),
+    "in the second stage": (lambda c: c.done("b") >= 3, True),
+}
+
+
+def pilot_states(db) -> dict[str, str]:
+    """Each pilot's last state in the store."""
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT pilot_id, state FROM pilots").fetchall()
+    return {pilot: json.loads(state) for pilot, state in rows}
+
+
+def live_pilots(db) -> set[str]:
+    return {p for p, state in pilot_states(db).items() if state in ("PENDING", "RUNNING")}
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_killed_managers_run_resumes_and_completes_every_task_once(tmp_path, point):
+    crash = Crash(tmp_path, "local")
+    crash.start()
+    moment, running = POINTS[point]
+    assert crash.wait_for(moment), crash.manager.stderr.read()
+    crash.kill()
+    assert "manager gone" in crash.status()
+    alive = live_pilots(crash.db)
+    time.sleep(0.5)  # the workers notice their manager is gone, and keep their tasks
+    summary = crash.resume()
+    assert summary["status"] == "done", summary["error"]
+    assert sorted(crash.ids()) == crash.expected_ids()  # each task completed exactly once
+    assert (tmp_path / "total").read_text().strip() == str(2 * crash.tasks)
+    states = pilot_states(crash.db)
+    taken_over = [p for p in alive if states[p] == "COMPLETED"]  # then released
+    assert taken_over or not running
+    assert "done" in crash.status()
+    assert crash.leftovers() == []
+    assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
+
+
+def test_resume_refuses_a_run_whose_manager_is_alive(tmp_path):
+    crash = Crash(tmp_path, "local")
+    crash.start()
+    try:
+        assert crash.wait_for(lambda c: c.run_id is not None and c.done("a") >= 1)
+        refused = crash.command("resume", crash.run_id)
+        done = subprocess.run(refused, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 2
+        assert f"run {crash.run_id} is running: its manager (pid {crash.manager.pid}" in done.stderr
+    finally:
+        crash.kill()
