@@ -438,20 +438,33 @@ class Engine:
         )
 
     async def _preflight(self) -> None:
-        """Ask the backend about every pilot the planner may submit, before submitting any."""
+        """Ask the backend about every pilot the planner may submit, and check that every
+        stage's tasks fit its nodes, before submitting anything."""
         views = [self._stage_view_now(s) for s in self.stages.values()]
         for i, pilot in enumerate(self.planner.allocations(views)):
             try:
                 await self.backend.check(self._request(f"check-{i}", pilot.allocation, ()))
             except SubmitError as e:
-                source = f"{self.workflow.source}: " if self.workflow.source else ""
+                where = self.workflow.refused(pilot.stages, e.option, pilot.allocation)
                 culprit = f" ({e.option})" if e.option else ""
                 raise Refused(
-                    f"{source}stage {', '.join(pilot.stages)}: the batch system refused a pilot "
-                    f"of {human.allocation(pilot.allocation)} in a test submission: {e}{culprit}; "
+                    f"{where}: the batch system refused a pilot of "
+                    f"{human.allocation(pilot.allocation)} in a test submission: {e}{culprit}; "
                     "nothing was submitted",
                     e.option,
                 ) from e
+        for stage in self.stages.values():
+            features = stage.tasks[0].features if stage.tasks else None
+            if features is None or features.worker is None:
+                continue
+            for name, value in features.declared.items():
+                most = features.worker[name]  # type: ignore[index]
+                if value > most:
+                    raise Refused(
+                        f"{self.workflow.where(stage.spec.name, 'tasks', name)}: a task declares "
+                        f"{name} = {value:g}, but a node gives the stage's pilot at most "
+                        f"{most:g}: no task could start; nothing was submitted"
+                    )
 
     async def _submit(self, action: Submit) -> None:
         alloc = action.allocation

@@ -132,7 +132,9 @@ class Store:
             await self._exec(
                 f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(keys)}))"
             )
-        await self._exec(f"PRAGMA user_version={SCHEMA_VERSION}")
+        cursor = await self._exec("PRAGMA user_version")
+        if (await clock.held(cursor.fetchone())) != (SCHEMA_VERSION,):  # an open writes nothing
+            await self._exec(f"PRAGMA user_version={SCHEMA_VERSION}")
         await self._commit()
 
     async def close(self) -> None:
