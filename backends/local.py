@@ -321,7 +321,10 @@ class LocalBackend:
             for process in pilot.processes:
                 _kill_tree(process.pid)
         codes = await asyncio.gather(*(self._wait(p) for p in pilot.processes))
-        self._finish(pilot, self._final_state(pilot, codes))
+        state = self._final_state(pilot, codes)
+        if state is JobState.FAILED:  # the reason Slurm would give, in this machine's words
+            pilot.reason = pilot.start_error or f"workers exited with {list(codes)}"
+        self._finish(pilot, state)
 
     def _pin(self, process: asyncio.subprocess.Process, cores: float) -> None:
         """Give the worker CPUs of its own, the least used, as Slurm gives a job's step its

@@ -23,6 +23,7 @@ from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from orchestrator import clock, human
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.breaker import Breaker
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
@@ -101,6 +102,8 @@ class PilotRun:
     released: bool = False
     hit: bool | None = None
     workers: list[Worker] = field(default_factory=list)
+    joined: int = 0
+    """Workers that joined it, ever (``workers`` loses those lost)."""
 
     @property
     def state(self) -> JobState | None:
@@ -168,6 +171,7 @@ class Engine:
         """The planner's notes of the last pass: repeated ones are not noted again."""
         self.status = "running"
         self.error: str | None = None
+        self.breaker = Breaker()
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._inflight: set[asyncio.Task[None]] = set()
         self._wake: float | None = None
@@ -570,6 +574,13 @@ class Engine:
             return
         if not pilot.released:
             self._note(f"pilot {pilot.pilot_id} ended {info.state}")
+            started, state, reason = pilot.joined > 0, str(info.state), info.reason
+            stop = self.breaker.ended(
+                pilot.stages, started=started, now=self.now(), state=state, reason=reason
+            )
+            if stop:
+                self.error, self.status = stop, "failed"
+                self._note(stop)
         # Pilots waiting on this one with afterok can never start: replace them.
         for other in self.pilots.values():
             dep = other.request.dependency
@@ -586,6 +597,7 @@ class Engine:
             self._note(f"worker {worker.id} ignored: no live pilot {worker.pilot_id!r}")
             return
         pilot.workers.append(worker)
+        pilot.joined += 1
         self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
         if pilot.released:
             self.pool.drain(pilot.pilot_id)
