@@ -570,17 +570,18 @@ class Engine:
         for worker in workers:
             self.pool.leave(worker.id)
         self.source.ended(pilot, workers)
+        done = {s: self.stages[s].done for s in pilot.stages}
+        failed = self.breaker.ended(
+            done, joined=pilot.joined > 0, released=pilot.released, now=self.now(),
+            state=str(info.state), reason=info.reason,
+        )  # fmt: skip
+        if failed and self.status == "running":
+            self.error, self.status = failed, "failed"
+            self._note(failed)
         if info.state == JobState.COMPLETED:
             return
         if not pilot.released:
             self._note(f"pilot {pilot.pilot_id} ended {info.state}")
-            started, state, reason = pilot.joined > 0, str(info.state), info.reason
-            stop = self.breaker.ended(
-                pilot.stages, started=started, now=self.now(), state=state, reason=reason
-            )
-            if stop:
-                self.error, self.status = stop, "failed"
-                self._note(stop)
         # Pilots waiting on this one with afterok can never start: replace them.
         for other in self.pilots.values():
             dep = other.request.dependency
