@@ -366,15 +366,24 @@ class LocalBackend:
     def _record(self, pilot: _Pilot) -> None:
         """Write down the running pilot's workers, for a manager that resumes the run."""
         workers = [[p.pid, _started(p.pid)] for p in pilot.processes if p.returncode is None]
+        if not workers:
+            return
         assert pilot.start_time is not None
         saved = {"workers": workers, "start": clock.to_epoch(pilot.start_time)}
-        _write_atomically(self.run_dir / f"{pilot.request.name}.pilot", json.dumps(saved))
+        try:
+            _write_atomically(self.run_dir / f"{pilot.request.name}.pilot", json.dumps(saved))
+        except OSError as e:
+            log.warning("pilot %s cannot be resumed: %s", pilot.request.name, e)
 
     async def _follow(self, pilot: _Pilot) -> None:
         """Wait for all of the pilot's workers, then end the pilot as they ended."""
         codes = await asyncio.gather(*(self._wait(p) for p in pilot.processes))
-        (self.run_dir / f"{pilot.request.name}.pilot").unlink(missing_ok=True)
-        self._finish(pilot, self._final_state(pilot, codes))
+        with contextlib.suppress(OSError):
+            (self.run_dir / f"{pilot.request.name}.pilot").unlink(missing_ok=True)
+        state = self._final_state(pilot, codes)
+        if state is JobState.FAILED:  # the reason Slurm would give, in this machine's words
+            pilot.reason = pilot.start_error or f"workers exited with {list(codes)}"
+        self._finish(pilot, state)
 
     def _pin(self, process: asyncio.subprocess.Process | _Adopted, cores: float) -> None:
         """Give the worker CPUs of its own, the least used, as Slurm gives a job's step its

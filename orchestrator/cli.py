@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from backends.base import SubmitError
 from backends.slurm import SlurmError
@@ -88,9 +89,17 @@ Scale = Annotated[
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``message`` (literally: it may quote the user's text) and exit with ``code``."""
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """Print ``message`` on one line and exit with ``code``.
+
+    The message may quote the user's text: it is printed literally, never read as markup,
+    and control characters come out escaped, so a file cannot drive the terminal.
+    """
+    err.print(Text.assemble(("error:", "bold red"), " ", _printable(message)), soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def load_workflow(path: Path, scale: int | None) -> Workflow:
@@ -225,10 +234,11 @@ def validate(
 ) -> None:
     """Check a workflow file; print what it contains. Exit code 2 when it is invalid."""
     workflow = load_workflow(file, scale)
-    tasks = sum(len(s.expand()) for s in workflow.stages)
+    tasks = sum(s.tasks.size for s in workflow.stages)
     out.print(
-        f"{file}: workflow [bold]{workflow.name}[/], {len(workflow.stages)} stages, "
-        f"{tasks} tasks: valid"
+        f"{escape(_printable(str(file)))}: workflow [bold]{workflow.name}[/], "
+        f"{len(workflow.stages)} stages, {tasks:,} tasks: valid",
+        soft_wrap=True,
     )
 
 
@@ -366,6 +376,8 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
 
 
 def _start(start: Start, db: Path | None, *, real: bool, dashboard: bool) -> RunSummary:
+    new_store = db != Path(":memory:") and not (db or default_path()).exists()
+
     async def main():
         if real:  # SIGTERM ends a real run as Ctrl-C does: its pilots released, none left behind
             task = asyncio.current_task()
@@ -386,6 +398,8 @@ def _start(start: Start, db: Path | None, *, real: bool, dashboard: bool) -> Run
     except (KeyboardInterrupt, asyncio.CancelledError):
         fail("interrupted: the run's pilots were released (resume it with leadtime resume)", 130)
     except Refused as e:
+        if new_store:  # a run refused before it started leaves no store behind
+            _remove_store(db or default_path())
         fail(str(e))
     except SubmitError as e:
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
@@ -457,6 +471,11 @@ def cancel(
         fail(f"Slurm: {e}")
     jobs = f": cancelled {', '.join(cancelled)}" if cancelled else ""
     out.print(f"run {run_id} cancelled{jobs}", highlight=False, markup=False)
+
+
+def _remove_store(path: Path) -> None:
+    for part in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+        part.unlink(missing_ok=True)
 
 
 app.command("worker")(agent.command)

@@ -24,6 +24,7 @@ from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from orchestrator import clock, human
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
+from orchestrator.breaker import Breaker
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
@@ -115,6 +116,8 @@ class PilotRun:
     released: bool = False
     hit: bool | None = None
     workers: list[Worker] = field(default_factory=list)
+    joined: int = 0
+    """Workers that joined it, ever (``workers`` loses those lost)."""
 
     @property
     def state(self) -> JobState | None:
@@ -193,6 +196,7 @@ class Engine:
         """The planner's notes of the last pass: repeated ones are not noted again."""
         self.status = "running"
         self.error: str | None = None
+        self.breaker = Breaker()
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._inflight: set[asyncio.Task[None]] = set()
         self._wake: float | None = None
@@ -608,20 +612,33 @@ class Engine:
         )
 
     async def _preflight(self) -> None:
-        """Ask the backend about every pilot the planner may submit, before submitting any."""
+        """Ask the backend about every pilot the planner may submit, and check that every
+        stage's tasks fit its nodes, before submitting anything."""
         views = [self._stage_view_now(s) for s in self.stages.values()]
         for i, pilot in enumerate(self.planner.allocations(views)):
             try:
                 await self.backend.check(self._request(f"check-{i}", pilot.allocation, ()))
             except SubmitError as e:
-                source = f"{self.workflow.source}: " if self.workflow.source else ""
+                where = self.workflow.refused(pilot.stages, e.option, pilot.allocation)
                 culprit = f" ({e.option})" if e.option else ""
                 raise Refused(
-                    f"{source}stage {', '.join(pilot.stages)}: the batch system refused a pilot "
-                    f"of {human.allocation(pilot.allocation)} in a test submission: {e}{culprit}; "
+                    f"{where}: the batch system refused a pilot of "
+                    f"{human.allocation(pilot.allocation)} in a test submission: {e}{culprit}; "
                     "nothing was submitted",
                     e.option,
                 ) from e
+        for stage in self.stages.values():
+            features = stage.tasks[0].features if stage.tasks else None
+            if features is None or features.worker is None:
+                continue
+            for name, value in features.declared.items():
+                most = features.worker[name]  # type: ignore[index]
+                if value > most:
+                    raise Refused(
+                        f"{self.workflow.where(stage.spec.name, 'tasks', name)}: a task declares "
+                        f"{name} = {value:g}, but a node gives the stage's pilot at most "
+                        f"{most:g}: no task could start; nothing was submitted"
+                    )
 
     async def _submit(self, action: Submit) -> None:
         alloc = action.allocation
@@ -723,6 +740,14 @@ class Engine:
         for worker in workers:
             self.pool.leave(worker.id)
         self.source.ended(pilot, workers)
+        done = {s: self.stages[s].done for s in pilot.stages}
+        failed = self.breaker.ended(
+            done, joined=pilot.joined > 0, released=pilot.released, now=self.now(),
+            state=str(info.state), reason=info.reason,
+        )  # fmt: skip
+        if failed and self.status == "running":
+            self.error, self.status = failed, "failed"
+            self._note(failed)
         if info.state == JobState.COMPLETED:
             return
         if not pilot.released:
@@ -743,6 +768,7 @@ class Engine:
             self._note(f"worker {worker.id} ignored: no live pilot {worker.pilot_id!r}")
             return
         pilot.workers.append(worker)
+        pilot.joined += 1
         self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
         for spec in self._expected.pop(worker.id, ()):  # attempts it kept running for us
             self.pool.occupy(worker.id, spec.allocation)

@@ -374,7 +374,7 @@ async def _execute(
     else:
         truths = {}
     own = {s.name: stage_worker(s.allocation, node) for s in workflow.stages}
-    share = {s.name: stage_share(s, own[s.name], len(s.expand())) for s in workflow.stages}
+    share = {s.name: stage_share(s, own[s.name], s.tasks.size) for s in workflow.stages}
 
     def features(task: Task) -> TaskFeatures:
         truth = truths.get(task.id)

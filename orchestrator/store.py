@@ -158,7 +158,9 @@ class Store:
         return store
 
     async def _setup(self) -> None:
-        await self._exec(f"PRAGMA application_id={APPLICATION_ID}")
+        cursor = await self._exec("PRAGMA application_id")
+        if (await clock.held(cursor.fetchone())) != (APPLICATION_ID,):
+            await self._exec(f"PRAGMA application_id={APPLICATION_ID}")
         await self._exec("PRAGMA journal_mode=WAL")
         await self._exec("PRAGMA synchronous=NORMAL")
         await self._exec("PRAGMA busy_timeout=5000")
@@ -172,7 +174,9 @@ class Store:
             for column in cols:  # a store made by an earlier version lacks the newer columns
                 if column not in present:
                     await self._exec(f"ALTER TABLE {table} ADD COLUMN {column}")
-        await self._exec(f"PRAGMA user_version={SCHEMA_VERSION}")
+        cursor = await self._exec("PRAGMA user_version")
+        if (await clock.held(cursor.fetchone())) != (SCHEMA_VERSION,):  # an open writes nothing
+            await self._exec(f"PRAGMA user_version={SCHEMA_VERSION}")
         await self._commit()
 
     async def close(self) -> None:

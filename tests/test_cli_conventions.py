@@ -138,8 +138,10 @@ def test_a_stage_that_fits_no_node_is_refused_before_anything_runs(tmp_path):
     done = CliRunner().invoke(app, [*montage, "--db", str(store)])
     assert done.exit_code == 2
     message = " ".join(done.output.split())
-    assert "montage.toml: stage project: the batch system refused a pilot of 28 cores" in message
+    assert (
+        "montage.toml:26: stage.project.allocation.memory: the batch system refused a pilot of "
+        "28 cores" in message
+    )
     assert "does not fit nodes of 8000 MB and 28 cores" in message
     assert "nothing was submitted" in message
-    status = CliRunner().invoke(app, ["status", "--db", str(store)])
-    assert "montage" not in status.output
+    assert not store.exists()  # a refused run leaves no store behind

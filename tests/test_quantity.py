@@ -1,6 +1,6 @@
 import pytest
 
-from workflows.quantity import evaluate, seconds, size_mb, whole
+from workflows.quantity import evaluate, seconds, shown, size_mb, whole
 
 
 @pytest.mark.parametrize(
@@ -118,3 +118,67 @@ def test_whole():
     assert whole(7.0, "cores") == 7
     with pytest.raises(ValueError, match=r"cores must be a whole number, got 7\.5"):
         whole(7.5, "cores")
+
+
+@pytest.mark.parametrize(
+    ("text", "s"),
+    [
+        ("90:00", 5400),  # the first field may be as large as it likes
+        ("100:00:00", 360_000),
+        ("1-23:59:59", 172_799),
+        ("0:59", 59),
+        ("2-23", 255_600),
+    ],
+)
+def test_clock_fields_at_their_limits(text, s):
+    assert seconds(text) == s
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("25:99:00", "'25:99:00': minutes must be below 60, got 99"),
+        ("1:00:60", "seconds must be below 60, got 60"),
+        ("10:75", "seconds must be below 60, got 75"),
+        ("1-24:00:00", "hours must be below 24, got 24"),
+        ("1-24", "hours must be below 24, got 24"),
+        ("1-0:60", "minutes must be below 60, got 60"),
+    ],
+)
+def test_clock_fields_beyond_their_limits(text, message):
+    with pytest.raises(ValueError) as e:
+        seconds(text)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1" + "+1" * 200, "is 401 characters long: an expression has at most 256"),
+        ("+".join(["1"] * 40), "is nested more than 32 levels deep"),
+        ("-" * 40 + "1", "is nested more than 32 levels deep"),
+        ("1e308 * 10", "is not a finite number"),
+        ("1e400", "is not a finite number"),
+        ("1e400G", "is not a finite number"),
+        (10**400, "is not a finite number"),
+        (float("nan"), "nan is not a finite number"),
+        (float("-inf"), "-inf is not a finite number"),
+    ],
+)
+def test_expressions_are_bounded_and_finite(value, message):
+    with pytest.raises(ValueError) as e:
+        size_mb(value, scale=28)
+    assert message in str(e.value)
+
+
+def test_the_deepest_expression_allowed_evaluates():
+    assert evaluate("+".join(["1"] * 31)) == 31
+    assert evaluate("(" * 100 + "2" + ")" * 100) == 2  # parentheses add no depth
+
+
+def test_values_in_messages_are_cut_and_escaped():
+    assert shown("w" * 10) == "'wwwwwwwwww'"
+    long = shown("w" * 10**6)
+    assert len(long) < 120 and long.endswith("(1,000,000 characters)")
+    assert shown("a\x1b[2Jb") == "'a\\x1b[2Jb'"
+    assert len(shown(list(range(10**6)))) < 100

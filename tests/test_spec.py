@@ -1046,7 +1046,9 @@ def test_glob_items_are_sorted_paths_beside_the_file(tmp_path):
 
 def test_trace_path_is_relative_to_the_file(tmp_path):
     (tmp_path / "traces").mkdir()
-    (tmp_path / "traces" / "t.csv").write_text("x\n")
+    (tmp_path / "traces" / "t.csv").write_text(
+        "category,cores,memory,disk,cpu_time,wall_time\nblast,1,900,10,50,60\n"
+    )
     path = tmp_path / "wf.toml"
     path.write_text('name = "t"\n' + OK_STAGE + 'simulate = { trace = "traces/t.csv" }\n')
     assert load(path).stage("a").simulate == Simulation(trace=tmp_path / "traces" / "t.csv")
@@ -1184,6 +1186,23 @@ SAME_ERRORS = [
      lambda w: replace_stage(w, "sweep", after=("report",))),
     (('input_size = "exponential(1e6)"', 'input_size = "exponential(1e6)"\ntrace = "x.csv"'),
      lambda w: replace_part(w, "work", "simulate", trace=Path("x.csv"))),
+    # the bounds, the same for a file and for Python
+    (('name = "sweep"', f'name = "{"s" * 65}"'),
+     lambda w: replace_stage(w, "sweep", name="s" * 65)),
+    (('time = "1:30:00"', 'time = "366d"'),
+     lambda w: replace_part(w, "work", "allocation", time_limit_s=366 * 86400)),
+    (('wall = "1h 15m"', 'wall = "400d"'),
+     lambda w: replace_part(w, "work", "tasks", wall=400 * 86400)),
+    (('tasks.count = "scale // 8"', "tasks.count = 1000001"),
+     lambda w: replace_part(w, "report", "tasks", count=1_000_001)),
+    (('partition = "batch"', f'partition = "{"p" * 256}"'),
+     lambda w: replace_part(w, "work", "allocation", partition="p" * 256)),
+    (('command = "work --in {item}', f'command = "{"x" * 131_100} {{item}}'),
+     lambda w: replace_part(w, "work", "tasks", command="x" * 131_100 + " " + w.stage("work")
+                            .tasks.command.removeprefix("work --in "))),
+    (('sbatch = ["--exclusive", ', 'sbatch = [' + '"--exclusive", ' * 100),
+     lambda w: replace_part(w, "work", "allocation",
+                            sbatch=("--exclusive",) * 100 + ("--constraint=skylake",))),
 ]  # fmt: skip
 
 
@@ -1228,3 +1247,84 @@ def test_validate_rejects_hand_built_mistakes(workflow, field, message):
     assert e.value.field == field
     assert message in e.value.message
     assert str(e.value) == f"{field}: {e.value.message}"
+
+
+def _stages(n: int, count: int = 1) -> tuple[Stage, ...]:
+    return tuple(
+        Stage(f"s{i}", TaskTemplate("x", count=count), Allocation(cores=1)) for i in range(n)
+    )
+
+
+@pytest.mark.parametrize(
+    ("workflow", "field", "message"),
+    [
+        (Workflow("w", _stages(257)), "stage.s256", "more than 256 stages"),
+        (Workflow("w", _stages(3, count=1_000_000)), "stage.s2.tasks",
+         "brings the workflow to 3,000,000 tasks: a workflow has at most 2,000,000"),
+        (Workflow("w", (Stage("a", TaskTemplate("x {item}", items=("i",) * 1_000_001),
+                              Allocation(cores=1)),)),
+         "stage.a.tasks.items", "1,000,001 items: a stage has at most 1,000,000 tasks"),
+        (Workflow("w", (Stage("a", TaskTemplate("x {item} {item}", items=("y" * 70_000,)),
+                              Allocation(cores=1)),)),
+         "stage.a.tasks.command", "may take 140,003 bytes once filled in"),
+        (Workflow("w", (Stage("a", TaskTemplate("x", count=1, category="c" * 256),
+                              Allocation(cores=1)),)),
+         "stage.a.tasks.category", "is 256 bytes long: at most 255"),
+        (Workflow("w", (Stage("a", TaskTemplate("x", count=1), Allocation(cores=2**63)),)),
+         "stage.a.allocation.cores", "must fit in 64 bits"),
+    ],
+)  # fmt: skip
+def test_validate_holds_python_workflows_to_the_bounds(workflow, field, message):
+    with pytest.raises(SpecError) as e:
+        validate(workflow)
+    assert (e.value.field, message in e.value.message) == (field, True), str(e.value)
+
+
+def test_the_task_count_is_known_without_making_the_tasks():
+    w = loads('name = "w"\n' + OK_STAGE.replace("count = 2", "count = 1000000"))
+    assert w.stages[0].tasks.size == 1_000_000
+    assert loads(FULL).stages[1].tasks.size == 3
+
+
+def test_a_loaded_workflow_knows_where_each_stage_field_is(tmp_path):
+    path = tmp_path / "wf.toml"
+    path.write_text(
+        'name = "w"\n\n[[stage]]\nname = "a"\nallocation = { cores = 4 }\n'
+        'tasks = { command = "x", count = 2, cores = 1 }\n\n[[stage]]\nname = "b"\n'
+        '[stage.allocation]\ncores = 8\nmemory = "16G"\n[stage.tasks]\ncommand = "y"\ncount = 1\n'
+    )
+    w = load(path)
+    assert w.where("a", "allocation", "cores") == f"{path}:5: stage.a.allocation.cores"
+    assert w.where("a", "tasks", "cores") == f"{path}:6: stage.a.tasks.cores"
+    assert w.where("a", "allocation", "memory") == f"{path}:5: stage.a.allocation.memory"
+    assert w.where("b", "allocation", "memory") == f"{path}:12: stage.b.allocation.memory"
+    assert w.where("b", "name") == f"{path}:9: stage.b.name"
+    assert loads(path.read_text()).where("b", "name") == "stage.b.name"  # no file: no line
+
+
+@pytest.mark.parametrize(
+    ("option", "field"),
+    [
+        ("--mem", "stage.b.allocation.memory"),
+        ("mem", "stage.b.allocation.memory"),
+        ("memory", "stage.b.allocation.memory"),
+        ("-n", "stage.b.allocation.cores"),
+        ("--ntasks", "stage.b.allocation.cores"),
+        ("cores", "stage.b.allocation.cores"),
+        ("--nodes", "stage.b.allocation.nodes"),
+        ("-t", "stage.b.allocation.time"),
+        ("--partition", "stage.b.allocation.partition"),
+        ("--job-name", "stage.a.name"),  # not one stage's value: the first stage's field
+        ("--constraint", "stage.a.allocation"),
+        (None, "stage.a.allocation"),
+    ],
+)
+def test_a_refused_option_names_the_field_of_the_stage_that_set_it(option, field):
+    w = loads(
+        'name = "w"\n[[stage]]\nname = "a"\nallocation = { cores = 4, memory = "1G" }\n'
+        'tasks = { command = "x", count = 1 }\n[[stage]]\nname = "b"\n'
+        'allocation = { cores = 8, memory = "2G", nodes = 2, time = "2h", partition = "p" }\n'
+        'tasks = { command = "x", count = 1 }\n'
+    )
+    big = w.stage("b").allocation  # a big job of both stages takes b's geometry
+    assert w.refused(("a", "b"), option, big) == field

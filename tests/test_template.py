@@ -1,8 +1,10 @@
 import shlex
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from workflows.template import placeholders, render
+from workflows.template import longest, placeholders, render
 
 
 def test_placeholders_found():
@@ -27,6 +29,11 @@ def test_placeholders_found():
         ("a {index:zz}", "bad format spec 'zz'"),
         ("a {item", "expected '}' before end of string"),
         ("a }", "unmatched '}'"),
+        ("a {index:0999999999d}", "a width of 999999999 is more than 100"),
+        ("a {item:x>101}", "a width of 101 is more than 100"),
+        ("a {index:.1000f}", "a precision of 1000 is more than 100"),
+        ("a {index:c}", "an index is a number, not a character"),
+        ("a {" + "x" * 10**5 + "}", "(100,000 characters)"),
     ],
 )
 def test_malformed_templates(template, message):
@@ -53,3 +60,31 @@ def test_literal_braces_and_stage():
 def test_missing_item_is_an_error():
     with pytest.raises(ValueError, match=r"\{item\} has no value for task s.2"):
         render("x {item}", stage="s", index=2)
+
+
+SPECS = {"item": ["", ">12", "<3", ".2", "^9"], "index": ["", "03d", "x", ",", ".3e", "g", "+b"]}
+placeholder = st.sampled_from(["item", "index", "stage"]).flatmap(
+    lambda name: st.sampled_from(SPECS.get(name, [""])).map(
+        lambda spec: f"{{{name}:{spec}}}" if spec else f"{{{name}}}"
+    )
+)
+literal = st.sampled_from(["run ", "--x=", " ", "'", "é", "{{", "}}"])
+
+
+@given(st.lists(placeholder | literal, max_size=8), st.lists(st.text(max_size=12), min_size=1))
+def test_longest_is_the_longest_command_of_a_stage_of_items(parts, items):
+    template = "".join(parts)
+    rendered = [render(template, stage="st", index=i, item=item) for i, item in enumerate(items)]
+    expected = max(len(command.encode()) for command in rendered)
+    found = longest(template, stage="st", count=len(items), items=items)
+    if "{index" in template:  # the widest item and the widest index may be different tasks'
+        assert expected <= found <= expected + template.count("{index") * 16
+    else:
+        assert found == expected
+
+
+@given(st.lists(st.sampled_from(SPECS["index"]), min_size=1, max_size=3), st.integers(1, 20_000))
+def test_longest_finds_the_widest_index_without_rendering_them_all(specs, count):
+    template = " ".join(f"{{index:{spec}}}" for spec in specs)
+    widest = max(len(render(template, stage="s", index=i).encode()) for i in range(count))
+    assert longest(template, stage="s", count=count, items=None) == widest

@@ -3,7 +3,7 @@ import tomllib
 import pytest
 
 from workflows.spec import EXAMPLES
-from workflows.toml_lines import key_lines, line_of
+from workflows.toml_lines import deep_line, key_lines, line_of, long_key_line
 
 TRICKY = '''\
 # [[stage]] in a comment
@@ -125,3 +125,40 @@ def test_every_key_of_the_examples_is_on_its_line(example):
         assert path in lines, path
         if not isinstance(path[-1], int):
             assert path[-1] in raw[lines[path] - 1], (path, lines[path])
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3, 4, 6])
+@pytest.mark.parametrize("name", ["tricky", *sorted(p.stem for p in EXAMPLES.glob("*.toml"))])
+def test_key_lines_to_a_depth_are_the_shallow_part_of_all_of_them(name, depth):
+    text = TRICKY if name == "tricky" else (EXAMPLES / f"{name}.toml").read_text()
+    everything = key_lines(text)
+    assert key_lines(text, depth) == {p: n for p, n in everything.items() if len(p) <= depth}
+
+
+def test_long_arrays_below_the_depth_are_stepped_over_whole():
+    items = ", ".join(f'"f{i}.fits"' for i in range(50_000))
+    text = f'a.b.items = [\n{items}, "]", """x\n]""", \'y\'  # ]\n]\nc = 2\n'
+    assert key_lines(text, 3) == {("a",): 1, ("a", "b"): 1, ("a", "b", "items"): 1, ("c",): 5}
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("a = 1\n" + "x." * 32 + "y = 1\n", 2),
+        ("a = 1\n" + "x." * 100_000 + "y = 1\n", 2),
+        ("a = 1\n[" + ".".join(["t"] * 40) + "]\n", 2),
+        ("a = { b = 1, " + " . ".join(['"q"'] * 40) + " = 2 }\n", 1),
+        ("x." * 31 + "y = 1\n", None),  # 32 parts: as deep as a key may go
+        ('a = "' + "x." * 100 + 'y"\n', None),  # dots in a string are no key
+        ("a = [" + ", ".join(['"a.b.c"'] * 100_000) + "]\n", None),
+    ],
+)
+def test_keys_of_too_many_parts_are_found_before_parsing(text, line):
+    assert long_key_line(text) == line
+
+
+def test_the_line_where_arrays_nest_too_deep():
+    text = 'a = "[[[[[["\n# {{{{{{\nb = [[1], [[2]]]\nc = [[[[[3]]]]]\n'
+    assert deep_line(text, 3) == 4
+    assert deep_line(text, 5) is None
+    assert deep_line("x = " + "[" * 10**5, 32) == 1

@@ -10,7 +10,11 @@ as cctools count): a request of ``128G`` then fits a node Slurm reports as
 128000 MB. Binary units (``KiB``, ``MiB``, ``GiB``, ``TiB``) are there for exact
 powers of two. Durations are in seconds; Slurm's clock forms ``MM:SS``,
 ``HH:MM:SS``, ``D-HH``, ``D-HH:MM`` and ``D-HH:MM:SS`` are read too (a bare
-number is seconds, not Slurm's minutes).
+number is seconds, not Slurm's minutes), each field checked: minutes and seconds
+below 60, hours below 24 after days.
+
+Expressions are at most :data:`~workflows.bounds.EXPRESSION_CHARS` characters and
+:data:`~workflows.bounds.EXPRESSION_DEPTH` levels deep, and their values finite.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ import ast
 import math
 import operator
 import re
+import reprlib
 from collections.abc import Mapping
+
+from workflows import bounds
 
 SIZE_UNITS: Mapping[str, float] = {
     "K": 1e-3, "KB": 1e-3, "M": 1.0, "MB": 1.0, "G": 1e3, "GB": 1e3, "T": 1e6, "TB": 1e6,
@@ -56,20 +63,17 @@ def evaluate(
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"expected a number or an expression, got {describe(value)}")
     if not isinstance(value, str):
-        return float(value)
-    text = value.strip()
-    if not text:
-        raise ValueError("empty expression")
+        return _finite(value, shown(value))
+    text = _expression(value)
     tree = _parse(_expand_units(text, units), text)
-    result = _walk(tree.body, text, scale)
-    if not math.isfinite(result):
-        raise ValueError(f"{text!r} is not a finite number")
-    return result
+    if _depth(tree.body) > bounds.EXPRESSION_DEPTH:
+        raise ValueError(f"{shown(text)} is nested more than {bounds.EXPRESSION_DEPTH} levels deep")
+    return _finite(_walk(tree.body, text, scale), shown(text))
 
 
 def seconds(value: object, *, scale: int | None = None) -> float:
     """A duration in seconds: a number, ``"90m"``, ``"1h30m"``, ``"1:30:00"``, ``"2-00:00:00"``."""
-    if isinstance(value, str) and (clock := _clock(value.strip())) is not None:
+    if isinstance(value, str) and (clock := _clock(_expression(value))) is not None:
         return clock
     return evaluate(value, units=TIME_UNITS, scale=scale)
 
@@ -86,19 +90,52 @@ def whole(value: float, what: str) -> int:
     return int(value)
 
 
+def _expression(value: str) -> str:
+    """``value`` stripped, or ValueError when empty or too long to be a quantity."""
+    text = value.strip()
+    if not text:
+        raise ValueError("empty expression")
+    if len(text) > bounds.EXPRESSION_CHARS:
+        raise ValueError(
+            f"{shown(text)} is {len(text):,} characters long: an expression has at most "
+            f"{bounds.EXPRESSION_CHARS}"
+        )
+    return text
+
+
+def _finite(value: float, what: str) -> float:
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{what} is not a finite number")
+    return number
+
+
 def _clock(text: str) -> float | None:
-    """Slurm's ``[D-]HH:MM:SS`` family, or None when ``text`` is not in it."""
+    """Slurm's ``[D-]HH:MM:SS`` family, or None when ``text`` is not in it.
+
+    The first field may be as large as it likes (``90:00`` is 90 minutes); the ones after
+    it are below 60, or below 24 for hours after days, as Slurm writes them.
+    """
     match = _CLOCK.match(text)
     if match is None or (":" not in text and "-" not in text):
         return None
     days, first, second, third = match.groups()
     fields = [int(f) for f in (first, second, third) if f is not None]
     if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
-        hours, minutes, secs = [*fields, 0, 0][:3]
-        return int(days) * 86400.0 + hours * 3600 + minutes * 60 + secs
-    if len(fields) == 2:  # MM:SS
-        return fields[0] * 60.0 + fields[1]
-    return fields[0] * 3600.0 + fields[1] * 60 + fields[2]  # HH:MM:SS
+        names, limits = ("hours", "minutes", "seconds"), (24, 60, 60)
+    elif len(fields) == 2:  # MM:SS
+        names, limits = ("minutes", "seconds"), (0, 60)
+    else:  # HH:MM:SS
+        names, limits = ("hours", "minutes", "seconds"), (0, 60, 60)
+    for name, limit, value in zip(names, limits, fields, strict=False):
+        if limit and value >= limit:
+            raise ValueError(f"{text!r}: {name} must be below {limit}, got {value}")
+    scales = dict(zip(names, (3600.0, 60.0, 1.0)[-len(names) :], strict=True))
+    total = sum(value * scales[name] for name, value in zip(names, fields, strict=False))
+    return total + (int(days) * 86400.0 if days is not None else 0.0)
 
 
 def _expand_units(text: str, units: Mapping[str, float]) -> str:
@@ -117,7 +154,8 @@ def _expand_units(text: str, units: Mapping[str, float]) -> str:
             if factor is None:
                 raise ValueError(_unknown_unit(unit, text, units))
             joiner = " + " if previous_had_unit and not between.strip() else between
-            out.append(f"{joiner}({float(number) * factor!r})")
+            value = _finite(float(number) * factor, f"{number}{unit} in {text!r}")
+            out.append(f"{joiner}({value!r})")
             previous_had_unit = True
         last_end = match.end()
     out.append(text[last_end:])
@@ -137,11 +175,21 @@ def _parse(expanded: str, original: str) -> ast.Expression:
         raise ValueError(f"cannot read {original!r} as a number or an expression") from None
 
 
+def _depth(node: ast.AST) -> int:
+    """How many levels deep ``node``'s tree goes (counted without recursing)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(current))
+    return deepest
+
+
 def _walk(node: ast.AST, text: str, scale: int | None) -> float:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, int | float):
-            raise ValueError(f"unexpected {node.value!r} in {text!r}")
-        return float(node.value)
+            raise ValueError(f"unexpected {shown(node.value)} in {text!r}")
+        return _finite(node.value, f"{shown(node.value)} in {text!r}")
     if isinstance(node, ast.Name):
         if node.id != "scale":
             raise ValueError(f"unknown name {node.id!r} in {text!r} (only 'scale' may appear)")
@@ -167,4 +215,21 @@ def describe(value: object) -> str:
     kinds = {bool: "a boolean", list: "an array", dict: "a table", str: "a string"}
     kinds |= {int: "an integer", float: "a number"}
     kind = kinds.get(type(value))
-    return f"{kind} ({value!r})" if kind else repr(value)
+    return f"{kind} ({shown(value)})" if kind else shown(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlist = _SHORT.maxdict = 8
+_SHORT.maxlong = 40
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to a line: a message must not repeat a megabyte of the file.
+
+    Control characters come out escaped, as ``repr`` writes them.
+    """
+    text = _SHORT.repr(value)
+    if isinstance(value, str) and len(value) > _SHORT.maxstring:
+        text += f" ({len(value):,} characters)"
+    return text

@@ -8,15 +8,13 @@ the key the problem is (``items[3]``, ``items.range``).
 from __future__ import annotations
 
 import difflib
-import glob
 import math
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workflows import quantity
+from workflows import bounds, globs, quantity
 from workflows.synthetic import Distribution
 from workflows.toml_lines import KeyPath
 
@@ -53,9 +51,11 @@ def read_int(raw: Any, ctx: Context) -> int:
         raise Invalid(
             f'must be an integer or an expression such as "scale / 4", got {quantity.describe(raw)}'
         )
-    if isinstance(raw, int):
-        return raw
-    return quantity.whole(quantity.evaluate(raw, scale=ctx.scale), repr(raw))
+    if isinstance(raw, str):
+        raw = quantity.whole(quantity.evaluate(raw, scale=ctx.scale), repr(raw))
+    if not -bounds.INT64 - 1 <= raw <= bounds.INT64:
+        raise Invalid(f"must fit in 64 bits (at most {bounds.INT64:,}), got {raw:.6g}")
+    return raw
 
 
 def read_number(raw: Any, ctx: Context) -> float:
@@ -95,7 +95,8 @@ def read_names(raw: Any, ctx: Context) -> tuple[str, ...]:
 
 
 def read_items(raw: Any, ctx: Context) -> tuple[str, ...]:
-    """A list of strings (or integers), ``{ range = [a, b, step] }`` or ``{ glob = ... }``."""
+    """A list of strings (or integers), ``{ range = [a, b, step] }`` or
+    ``{ glob = ..., root = ... }``; a range is counted before it is expanded."""
     if isinstance(raw, list):
         for i, item in enumerate(raw):
             if isinstance(item, bool) or not isinstance(item, str | int):
@@ -108,47 +109,80 @@ def read_items(raw: Any, ctx: Context) -> tuple[str, ...]:
             'must be an array, { range = [start, stop] } or { glob = "pattern" }, '
             f"got {quantity.describe(raw)}"
         )
-    check_keys(raw, ("range", "glob"))
-    if len(raw) != 1:
+    check_keys(raw, ("range", "glob", "root"))
+    if ("range" in raw) == ("glob" in raw):
         raise Invalid("give exactly one of range or glob")
     if "range" in raw:
+        if "root" in raw:
+            raise Invalid("root is the directory a glob searches: a range has none", at=("root",))
         return read_range(raw["range"], ctx)
-    return read_glob(raw["glob"], ctx)
+    root = read_root(raw["root"], ctx) if "root" in raw else None
+    return read_glob(raw["glob"], ctx, root)
 
 
 def read_range(raw: Any, ctx: Context) -> tuple[str, ...]:
     if not isinstance(raw, list) or len(raw) not in (2, 3):
-        raise Invalid(f"must be [start, stop] or [start, stop, step], got {raw!r}", at=("range",))
-    bounds = []
+        raise Invalid(
+            f"must be [start, stop] or [start, stop, step], got {quantity.shown(raw)}",
+            at=("range",),
+        )
+    ends = []
     for i, bound in enumerate(raw):
         try:
-            bounds.append(read_int(bound, ctx))
+            ends.append(read_int(bound, ctx))
         except ValueError as e:
             raise Invalid(str(e), at=("range", i)) from None
-    if len(bounds) == 3 and bounds[2] == 0:
+    if len(ends) == 3 and ends[2] == 0:
         raise Invalid("step must not be 0", at=("range", 2))
-    numbers = range(*bounds)
-    if not numbers:
-        raise Invalid(f"range{tuple(bounds)} is empty (stop is exclusive)", at=("range",))
-    return tuple(str(n) for n in numbers)
+    start, stop, step = (*ends, 1)[:3]
+    count = max(0, (stop - start + step - (1 if step > 0 else -1)) // step)
+    if count == 0:
+        raise Invalid(f"range{tuple(ends)} is empty (stop is exclusive)", at=("range",))
+    if count > bounds.TASKS_PER_STAGE:
+        raise Invalid(
+            f"range{tuple(ends)} has {count:,} numbers: a stage has at most "
+            f"{bounds.TASKS_PER_STAGE:,} tasks",
+            at=("range",),
+        )
+    return tuple(map(str, range(start, stop, step)))
 
 
-def read_glob(raw: Any, ctx: Context) -> tuple[str, ...]:
+def read_root(raw: Any, ctx: Context) -> Path:
+    """The directory a glob searches instead of the workflow's: naming it allows leaving."""
+    if not isinstance(raw, str) or not raw:
+        raise Invalid(f"must be a directory, got {quantity.describe(raw)}", at=("root",))
+    root = ctx.base_dir / Path(raw).expanduser()
+    if not root.is_dir():
+        raise Invalid(f"no such directory: {quantity.shown(str(root))}", at=("root",))
+    return root
+
+
+def read_glob(raw: Any, ctx: Context, root: Path | None = None) -> tuple[str, ...]:
     if not isinstance(raw, str) or not raw:
         raise Invalid(f"must be a non-empty string, got {quantity.describe(raw)}", at=("glob",))
-    pattern = os.path.join(glob.escape(str(ctx.base_dir)), os.path.expanduser(raw))
-    matches = sorted(glob.glob(pattern, recursive=True))
+    where = root or ctx.base_dir
+    if globs.escapes(raw):
+        raise Invalid(
+            f"{quantity.shown(raw)} leaves the directory it searches ({where}): give the "
+            'directory as root = "..." and the pattern below it',
+            at=("glob",),
+        )
+    try:
+        matches = globs.bounded_glob(where, raw)
+    except globs.GlobError as e:
+        raise Invalid(str(e), at=("glob",)) from None
     if not matches:
-        raise Invalid(f"{raw!r} matches nothing in {ctx.base_dir}", at=("glob",))
+        raise Invalid(f"{quantity.shown(raw)} matches nothing in {where}", at=("glob",))
     return tuple(matches)
 
 
 def read_distribution(raw: Any, ctx: Context) -> Distribution:
     if isinstance(raw, int | float) and not isinstance(raw, bool):
         return Distribution.constant(raw)
-    if not isinstance(raw, str):
+    if not isinstance(raw, str) or len(raw) > bounds.EXPRESSION_CHARS:
         raise Invalid(
-            f'must be a distribution such as "normal(300, 30)", got {quantity.describe(raw)}'
+            'must be a distribution such as "normal(300, 30)" (at most '
+            f"{bounds.EXPRESSION_CHARS} characters), got {quantity.describe(raw)}"
         )
     return Distribution.parse(raw)
 
@@ -164,4 +198,4 @@ def check_keys(table: Mapping[str, Any], known: Iterable[str]) -> None:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(known)}"
-            raise Invalid(f"unknown key {key!r}{hint}", at=(key,))
+            raise Invalid(f"unknown key {quantity.shown(key)}{hint}", at=(key,))

@@ -10,16 +10,19 @@ line and field, e.g. ``montage.toml:14: stage.diff.after: unknown stage 'projct'
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import stat
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from workflows import checks, quantity, readers, template
+from workflows import bounds, checks, quantity, readers, template
 from workflows.synthetic import Distribution
-from workflows.toml_lines import KeyPath, key_lines, line_of
+from workflows.toml_lines import KeyPath, deep_line, key_lines, line_of, long_key_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,11 @@ class TaskTemplate:
         """The fixed resources, by name."""
         values = {"cores": self.cores, "memory": self.memory, "disk": self.disk, "wall": self.wall}
         return {k: v for k, v in values.items() if v is not None}
+
+    @property
+    def size(self) -> int:
+        """How many tasks the template makes, counted without making them."""
+        return len(self.items) if self.items is not None else self.count or 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +151,39 @@ class Workflow:
     workdir: Path | None = None
     """Where tasks run and their relative paths lead: by default the workflow file's
     directory (the current directory for a workflow built in Python)."""
+    lines: Mapping[KeyPath, int] = field(default_factory=dict, compare=False, repr=False)
+    """The line of each stage's keys in ``source`` (empty for a workflow built in Python)."""
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
             if s.name == name:
                 return s
         raise KeyError(name)
+
+    def where(self, stage: str, *keys: str) -> str:
+        """Where a message about a stage's field points: ``montage.toml:14: stage.diff.tasks.cores``
+        (the line of the key, or of its table when the file leaves the key out)."""
+        index = next(i for i, s in enumerate(self.stages) if s.name == stage)
+        field = ".".join(("stage", stage, *keys))
+        if self.source is None:
+            return field
+        line = f":{line_of(self.lines, ('stage', index, *keys))}" if self.lines else ""
+        return f"{self.source}{line}: {field}"
+
+    def refused(self, stages: Sequence[str], option: str | None, pilot: Allocation) -> str:
+        """:meth:`where` for a batch system's refusal of ``option`` in a pilot for ``stages``:
+        the field of the stage whose allocation gave the pilot that value."""
+        keys = _refused_keys(option)
+        attr = _ALLOCATION[keys[1]].attr if keys[1:] else None
+        chosen = next(
+            (
+                name
+                for name in stages
+                if attr and getattr(self.stage(name).allocation, attr) == getattr(pilot, attr)
+            ),
+            stages[0],
+        )
+        return self.where(chosen, *keys)
 
 
 class SpecError(ValueError):
@@ -197,7 +232,7 @@ _ALLOCATION: Mapping[str, _Field] = {
     "cores": _Field("cores", readers.read_int, checks.positive_int),
     "nodes": _Field("nodes", readers.read_int, checks.optional(checks.positive_int)),
     "memory": _Field("memory_mb", readers.read_whole_mb, checks.optional(checks.positive_int)),
-    "time": _Field("time_limit_s", readers.read_seconds, checks.positive_number),
+    "time": _Field("time_limit_s", readers.read_seconds, checks.duration),
     "partition": _Field("partition", readers.read_str, checks.optional(checks.word)),
     "account": _Field("account", readers.read_str, checks.optional(checks.word)),
     "qos": _Field("qos", readers.read_str, checks.optional(checks.word)),
@@ -206,12 +241,12 @@ _ALLOCATION: Mapping[str, _Field] = {
 _TASKS: Mapping[str, _Field] = {
     "command": _Field("command", readers.read_str, checks.valid_command),
     "items": _Field("items", readers.read_items, checks.optional(checks.item_list)),
-    "count": _Field("count", readers.read_int, checks.optional(checks.positive_int)),
+    "count": _Field("count", readers.read_int, checks.optional(checks.task_count)),
     "cores": _Field("cores", readers.read_number, checks.optional(checks.positive_number)),
     "memory": _Field("memory", readers.read_size, checks.optional(checks.positive_number)),
     "disk": _Field("disk", readers.read_size, checks.optional(checks.positive_number)),
-    "wall": _Field("wall", readers.read_seconds, checks.optional(checks.positive_number)),
-    "category": _Field("category", readers.read_str, checks.optional(checks.nonempty_text)),
+    "wall": _Field("wall", readers.read_seconds, checks.optional(checks.duration)),
+    "category": _Field("category", readers.read_str, checks.optional(checks.category)),
     "max_attempts": _Field("max_attempts", readers.read_int, checks.positive_int),
     "outputs": _Field("outputs", readers.read_options, checks.output_patterns),
 }
@@ -231,6 +266,18 @@ _COMPONENTS: Mapping[str, tuple[type, Mapping[str, _Field], tuple[str, ...]]] = 
 
 _STAGE_KEYS = ("name", "after", "allocation", "tasks", "simulate")
 _TOP_KEYS = ("name", "scale", "workdir", "stage")
+
+
+def _refused_keys(option: str | None) -> tuple[str, ...]:
+    """The stage keys behind an option a batch system refused (``--mem``, ``mem``: memory).
+
+    Pilots are named after their stage (``--job-name``); anything else is the allocation's.
+    """
+    if option == "--job-name":
+        return ("name",)
+    key = checks.MANAGED_SBATCH.get(option or "", (option or "").lstrip("-"))
+    key = {"mem": "memory", "ntasks": "cores"}.get(key, key)
+    return ("allocation", key) if key in _ALLOCATION else ("allocation",)
 
 
 # --- checks across fields, shared by the loader and validate() -------------------------------
@@ -257,6 +304,8 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
 def _simulate_problems(s: Simulation) -> Iterator[checks.Problem]:
     if s.trace is not None and any(getattr(s, k) is not None for k in _SIMULATE if k != "trace"):
         yield ("trace",), "give a trace or distributions, not both"
+    elif s.trace is not None and (problem := checks.task_trace(s.trace)):
+        yield ("trace", *problem[0]), problem[1]
 
 
 def _fit_problems(t: TaskTemplate, a: Allocation) -> Iterator[checks.Problem]:
@@ -282,6 +331,23 @@ def _fit_problems(t: TaskTemplate, a: Allocation) -> Iterator[checks.Problem]:
         )
 
 
+def _command_problems(stage: str, t: TaskTemplate) -> Iterator[checks.Problem]:
+    """A command too long for the shell once its placeholders are filled, for any task."""
+    size = template.longest(t.command, stage=stage, count=t.size, items=t.items)
+    if size > bounds.COMMAND_BYTES:
+        yield (
+            ("tasks", "command"),
+            f"a task's command may take {size:,} bytes once filled in: the shell gets it as one "
+            f"argument, at most {bounds.COMMAND_BYTES:,} bytes",
+        )
+
+
+def _stage_fit_problems(stage: str, t: TaskTemplate, a: Allocation) -> Iterator[checks.Problem]:
+    """The checks of a stage's tasks against its allocation and name, once both are whole."""
+    yield from _fit_problems(t, a)
+    yield from _command_problems(stage, t)
+
+
 _CROSS: Mapping[str, Callable[[Any], Iterator[checks.Problem]]] = {
     "allocation": _allocation_problems,
     "tasks": _tasks_problems,
@@ -298,7 +364,7 @@ def _stage_problems(stage: Stage) -> Iterator[checks.Problem]:
             continue
         if not isinstance(value, cls):
             whole = False
-            yield (key,), f"must be a {cls.__name__}, got {value!r}"
+            yield (key,), f"must be a {cls.__name__}, got {quantity.shown(value)}"
             continue
         broken = [(k, p) for k, f in table.items() if (p := f.rule(getattr(value, f.attr)))]
         yield from (((key, k, *at), message) for k, (at, message) in broken)
@@ -307,14 +373,14 @@ def _stage_problems(stage: Stage) -> Iterator[checks.Problem]:
         else:
             yield from (((key, *at), p) for at, p in _CROSS[key](value))
     if whole:
-        yield from _fit_problems(stage.tasks, stage.allocation)
+        yield from _stage_fit_problems(stage.name, stage.tasks, stage.allocation)
 
 
 def _labels(names: list[Any]) -> list[str]:
     """How fields name each stage: ``stage.<name>``, or ``stage[<n>]`` without a usable name."""
     labels, seen = [], set()
     for i, name in enumerate(names):
-        usable = isinstance(name, str) and checks.NAME.match(name) and name not in seen
+        usable = checks.valid_name(name) is None and name not in seen
         labels.append(f"stage.{name}" if usable else f"stage[{i + 1}]")
         if isinstance(name, str):
             seen.add(name)
@@ -324,8 +390,11 @@ def _labels(names: list[Any]) -> list[str]:
 def _field(path: KeyPath, labels: list[str]) -> str:
     out, rest = "", path
     if len(path) >= 2 and path[0] == "stage" and isinstance(path[1], int):
-        out, rest = labels[path[1]], path[2:]
+        i = path[1]
+        out, rest = labels[i] if i < len(labels) else f"stage[{i + 1}]", path[2:]
     for part in rest:
+        if isinstance(part, str) and len(part) > bounds.NAME:  # a key the file made up
+            part = f"{part[:40]}…({len(part):,} characters)"
         out += f"[{part + 1}]" if isinstance(part, int) else f".{part}" if out else part
     return out
 
@@ -338,10 +407,14 @@ def _workflow_problems(workflow: Workflow) -> list[checks.Problem]:
     if problem := checks.optional(checks.positive_int)(workflow.scale):
         problems.append((("scale",), problem[1]))
     if not isinstance(workflow.stages, tuple):
-        problems.append((("stage",), f"must be a tuple of Stage, got {workflow.stages!r}"))
+        got = quantity.shown(workflow.stages)
+        problems.append((("stage",), f"must be a tuple of Stage, got {got}"))
         return problems
     if not workflow.stages:
         problems.append((("stage",), "a workflow needs at least one stage"))
+        return problems
+    if len(workflow.stages) > bounds.STAGES:
+        problems.append((("stage", bounds.STAGES), _TOO_MANY_STAGES))
         return problems
     stages = [s for s in workflow.stages if isinstance(s, Stage)]
     if len(stages) != len(workflow.stages):
@@ -353,9 +426,10 @@ def _workflow_problems(workflow: Workflow) -> list[checks.Problem]:
     afters = [tuple(s.after) if isinstance(s.after, tuple) else None for s in stages]
     for i, s in enumerate(stages):
         if names[i] is None:
-            per_stage[i].append((("name",), f"must be a string, got {s.name!r}"))
+            per_stage[i].append((("name",), f"must be a string, got {quantity.shown(s.name)}"))
         if afters[i] is None:
-            per_stage[i].append((("after",), f"must be a tuple of stage names, got {s.after!r}"))
+            got = quantity.shown(s.after)
+            per_stage[i].append((("after",), f"must be a tuple of stage names, got {got}"))
     for i, at, message in checks.graph_problems(names, afters):
         per_stage[i].append((at, message))
     order = {key: n for n, key in enumerate(_STAGE_KEYS)}
@@ -363,7 +437,25 @@ def _workflow_problems(workflow: Workflow) -> list[checks.Problem]:
         per_stage[i].extend(_stage_problems(s))
         per_stage[i].sort(key=lambda p: order.get(str(p[0][0]) if p[0] else "", 0))
         problems.extend((("stage", i, *at), message) for at, message in per_stage[i])
+    if not problems:
+        problems.extend(_total_problems([s.tasks.size for s in stages]))
     return problems
+
+
+_TOO_MANY_STAGES = f"more than {bounds.STAGES} stages: each is a pilot job"
+
+
+def _total_problems(sizes: list[int]) -> Iterator[checks.Problem]:
+    """The stage at which the workflow's tasks pass the bound, if they do."""
+    total = 0
+    for i, size in enumerate(sizes):
+        total += size
+        if total > bounds.TASKS:
+            yield (
+                ("stage", i, "tasks"),
+                f"brings the workflow to {total:,} tasks: a workflow has at most {bounds.TASKS:,}",
+            )
+            return
 
 
 def validate(workflow: Workflow) -> None:
@@ -391,19 +483,49 @@ def example(name: str) -> Path:
     path = EXAMPLES / f"{name}.toml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.toml")))
-        raise SpecError(f"no example named {name!r} (known: {known})")
+        raise SpecError(f"no example named {quantity.shown(name)} (known: {known})")
     return path
 
 
 def load(path: str | Path, *, scale: int | None = None) -> Workflow:
     """Read and validate a workflow file; ``scale`` overrides the file's ``scale``."""
+    return loads(_read(Path(path)), source=path, scale=scale)
+
+
+def _read(path: Path) -> str:
+    """The text of a workflow file: a regular file of UTF-8 (a leading BOM is dropped),
+    checked for size before it is read, so that a FIFO or ``/dev/zero`` cannot hang us."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise SpecError(f"cannot read the file: {e.strerror or e}", path=path) from None
-    except UnicodeDecodeError:
-        raise SpecError("the file is not UTF-8 text", path=path) from None
-    return loads(text, source=path, scale=scale)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise SpecError(f"cannot read the file: it is {kind}", path=path)
+        data = b""
+        if info.st_size <= bounds.FILE_BYTES:
+            with open(fd, "rb", closefd=False) as f:
+                data = f.read(bounds.FILE_BYTES + 1)  # it may have grown since
+        if max(info.st_size, len(data)) > bounds.FILE_BYTES:
+            raise SpecError(
+                f"the file is {max(info.st_size, len(data)):,} bytes: a workflow file has at "
+                f"most {bounds.FILE_BYTES:,} (write large item sets as a glob or a range)",
+                path=path,
+            )
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        raise SpecError(
+            f"the file is not UTF-8 text (byte {data[e.start]:#04x} at column "
+            f"{e.start - line_start + 1})",
+            path=path,
+            line=data.count(b"\n", 0, e.start) + 1,
+        ) from None
 
 
 def loads(text: str, *, source: str | Path = "<string>", scale: int | None = None) -> Workflow:
@@ -413,15 +535,13 @@ def loads(text: str, *, source: str | Path = "<string>", scale: int | None = Non
     file's path, whose directory relative globs and trace paths start from
     (otherwise they start from the current directory).
     """
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        message, line = _syntax_error(str(e), text)
-        raise SpecError(message, path=source, line=line) from None
+    doc = _parse(text, source)
     from_file = str(source) != "<string>"
     base_dir = Path(source).parent.absolute() if from_file else Path.cwd()
-    loader = _Loader(base_dir)
-    workflow = loader.workflow(doc, scale, Path(source) if from_file else None)
+    loader = _Loader(base_dir, _stage_names(doc))
+    loader.problems.extend(_value_problems(doc))
+    source_path = Path(source) if from_file else None
+    workflow = None if loader.problems else loader.workflow(doc, scale, source_path)
     if workflow is None:
         lines = key_lines(text)
         first = min(
@@ -431,7 +551,65 @@ def loads(text: str, *, source: str | Path = "<string>", scale: int | None = Non
         path, message = loader.problems[first]
         field = _field(path, _labels(loader.names))
         raise SpecError(message, field=field, path=source, line=line_of(lines, path))
-    return workflow
+    if not from_file:
+        return workflow
+    return replace(workflow, lines=key_lines(text, depth=4))  # to ("stage", i, "tasks", "cores")
+
+
+def _parse(text: str, source: str | Path) -> dict[str, Any]:
+    """The TOML document, or SpecError; keys so long, or arrays so deep, that the parser
+    itself would crawl or overflow are refused before or while parsing."""
+    if (line := long_key_line(text)) is not None:
+        raise SpecError(
+            f"a dotted key or table header of more than {bounds.DEPTH} parts",
+            path=source,
+            line=line,
+        )
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        message, line = _syntax_error(str(e), text)
+        raise SpecError(message, path=source, line=line) from None
+    except RecursionError:
+        raise SpecError(
+            f"arrays or inline tables nested more than {bounds.DEPTH} deep",
+            path=source,
+            line=deep_line(text, bounds.DEPTH) or 1,
+        ) from None
+
+
+def _stage_names(doc: dict[str, Any]) -> list[Any]:
+    """The ``name`` of each ``[[stage]]`` (None where a stage has none or is no table)."""
+    stages = doc.get("stage")
+    if not isinstance(stages, list):
+        return []
+    return [s.get("name") if isinstance(s, dict) else None for s in stages]
+
+
+def _value_problems(doc: dict[str, Any]) -> list[checks.Problem]:
+    """Values no workflow key can take, wherever they are: too deep, integers beyond 64 bits,
+    NaN and infinities, NUL characters (no command or file name can hold one)."""
+    problems: list[checks.Problem] = []
+    stack: list[tuple[KeyPath, Any]] = [((), doc)]
+    while stack:
+        path, value = stack.pop()
+        if len(path) > bounds.DEPTH:
+            problems.append((path[:4], f"nests more than {bounds.DEPTH} levels deep"))
+        elif isinstance(value, dict):
+            stack.extend(((*path, k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*path, i), v) for i, v in enumerate(value))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int) and not -bounds.INT64 - 1 <= value <= bounds.INT64:
+            problems.append(
+                (path, f"{quantity.shown(value)} does not fit in 64 bits, as TOML requires")
+            )
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append((path, f"must be a finite number, got {value}"))
+        elif isinstance(value, str) and "\0" in value:
+            problems.append((path, "contains a NUL character, which no command can hold"))
+    return problems
 
 
 def _syntax_error(message: str, text: str) -> tuple[str, int]:
@@ -453,10 +631,11 @@ class _Loader:
     found, whichever kind it is.
     """
 
-    def __init__(self, base_dir: Path) -> None:
+    def __init__(self, base_dir: Path, names: list[Any]) -> None:
         self.base_dir = base_dir
         self.problems: list[checks.Problem] = []
-        self.names: list[Any] = []
+        self.names = names
+        """Each stage's ``name`` as the file gives it (whatever its type)."""
 
     def problem(self, path: KeyPath, message: str) -> None:
         self.problems.append((path, message))
@@ -522,7 +701,9 @@ class _Loader:
         if not isinstance(raw_stages, list) or not all(isinstance(s, dict) for s in raw_stages):
             self.problem(("stage",), "must be an array of tables: write each stage as [[stage]]")
             return None
-        self.names = [s.get("name") for s in raw_stages]
+        if len(raw_stages) > bounds.STAGES:
+            self.problem(("stage", bounds.STAGES), _TOO_MANY_STAGES)
+            return None
         ctx = readers.Context(scale, self.base_dir)
         stages, afters = [], []
         for i, raw in enumerate(raw_stages):
@@ -533,6 +714,9 @@ class _Loader:
         for i, at, message in checks.graph_problems(names, afters):
             self.problem(("stage", i, *at), message)
         if not ok or self.problems or not all(stages):
+            return None
+        for at, message in _total_problems([s.tasks.size for s in stages if s is not None]):
+            self.problem(at, message)
             return None
         return Workflow(name, tuple(stages), scale=scale, source=source, workdir=workdir)  # type: ignore[arg-type]
 
@@ -554,7 +738,8 @@ class _Loader:
                 parts[key] = self.part((*path, key), raw[key], cls, keys, required, ctx)
                 ok &= parts[key] is not None
         if parts.get("tasks") and parts.get("allocation"):
-            for at, message in _fit_problems(parts["tasks"], parts["allocation"]):
+            name = raw["name"] if isinstance(raw.get("name"), str) else ""
+            for at, message in _stage_fit_problems(name, parts["tasks"], parts["allocation"]):
                 self.problem((*path, *at), message)
         if not ok:
             return None, after

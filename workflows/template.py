@@ -8,16 +8,29 @@ substituted value is shell-quoted, so an item such as ``my file; rm -rf ~`` stay
 one harmless word; in an output pattern it is written as it is. ``{{`` and ``}}``
 are literal braces. Placeholders belong outside shell quotes: the quoting is
 leadtime's job.
+
+A format spec's width and precision are at most :data:`~workflows.bounds.FORMAT_WIDTH`;
+:func:`longest` measures the longest command a stage renders, without rendering them all.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
+from collections.abc import Sequence
 from string import Formatter
+
+from workflows import bounds
 
 PLACEHOLDERS: tuple[str, ...] = ("item", "index", "stage", "workdir", "rundir")
 _EXAMPLE = {"item": "x", "index": 0, "stage": "s", "workdir": "/w", "rundir": "/w/.leadtime/r"}
+_PATH_MAX = 4096
+"""The longest a directory placeholder may be, as the command's length is bounded."""
+_SPEC = re.compile(
+    r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d*))?(?P<type>[a-zA-Z%]?)",
+    re.DOTALL,
+)
 
 
 def placeholders(template: str) -> frozenset[str]:
@@ -30,21 +43,42 @@ def placeholders(template: str) -> frozenset[str]:
             close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
             hint = f" (did you mean {{{close[0]}}}?)" if close else ""
             known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
-            shown = "{}" if name == "" else f"{{{name}}}"
+            shown = "{}" if name == "" else f"{{{_brief(name)}}}"
             raise ValueError(
                 f"unknown placeholder {shown}{hint}; known: {known} "
                 "(write {{ for a literal brace)"
             )
         if conversion is not None:
-            raise ValueError(f"{{{name}!{conversion}}}: conversions are not supported")
+            raise ValueError(f"{{{name}!{_brief(conversion)}}}: conversions are not supported")
         if "{" in (spec or ""):
-            raise ValueError(f"{{{name}:{spec}}}: nested placeholders are not supported")
-        try:
-            format(_EXAMPLE[name], spec or "")
-        except ValueError:
-            raise ValueError(f"{{{name}:{spec}}}: bad format spec {spec!r}") from None
+            raise ValueError(f"{{{name}:{_brief(spec)}}}: nested placeholders are not supported")
+        _check_spec(name, spec or "")
         used.add(name)
     return frozenset(used)
+
+
+def _brief(text: str) -> str:
+    """User text cut to fit a message."""
+    return text if len(text) <= 40 else f"{text[:40]}… ({len(text):,} characters)"
+
+
+def _check_spec(name: str, spec: str) -> None:
+    """ValueError unless ``spec`` formats ``name``'s values, within the width bound."""
+    match = _SPEC.fullmatch(spec)
+    if match is None:
+        raise ValueError(f"{{{name}:{_brief(spec)}}}: bad format spec {_brief(spec)!r}")
+    for part in ("width", "precision"):
+        digits = match.group(part) or ""
+        if len(digits) > 4 or (digits and int(digits) > bounds.FORMAT_WIDTH):
+            raise ValueError(
+                f"{{{name}:{spec}}}: a {part} of {digits} is more than {bounds.FORMAT_WIDTH}"
+            )
+    if name == "index" and match.group("type") == "c":
+        raise ValueError(f"{{{name}:{spec}}}: an index is a number, not a character")
+    try:
+        format(_EXAMPLE[name], spec)
+    except ValueError:
+        raise ValueError(f"{{{name}:{spec}}}: bad format spec {spec!r}") from None
 
 
 def render(
@@ -70,6 +104,55 @@ def render(
             text = format(value, spec or "")
             out.append(shlex.quote(text) if quote else text)
     return "".join(out)
+
+
+def longest(template: str, *, stage: str, count: int, items: Sequence[str] | None) -> int:
+    """At least the bytes (UTF-8) of the longest command ``template`` renders to in a stage of
+    ``count`` tasks, one per item of ``items`` when given.
+
+    Each placeholder's widest value is found on its own, so nothing is rendered per task;
+    the figure is exact unless the template has both ``{item}`` and ``{index}``, whose
+    widest values may belong to different tasks (it is then over by a few digits at most).
+    """
+    fixed = 0
+    item_specs: list[str] = []
+    for literal, name, spec, _ in _pieces(template):
+        fixed += len(literal.encode())
+        if name == "stage":
+            fixed += _quoted_bytes(format(stage, spec or ""))
+        elif name == "index":
+            fixed += max(_quoted_bytes(format(i, spec or "")) for i in _widest_indices(count))
+        elif name == "item":
+            item_specs.append(spec or "")
+        elif name in ("workdir", "rundir"):  # known only when the run starts: at most a path
+            fixed += _PATH_MAX
+    if item_specs and items:
+        fixed += _widest_item(items, item_specs)
+    return fixed
+
+
+_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)
+"""What :func:`shlex.quote` quotes: anything else stays as it is."""
+
+
+def _widest_item(items: Sequence[str], specs: list[str]) -> int:
+    """Bytes the widest item takes in a command where it appears once per spec of ``specs``."""
+    if not any(specs) and all(items):
+        joined = "/".join(items)
+        if joined.isascii() and not _UNSAFE.search(joined):  # nothing quoted: the longest
+            return len(specs) * max(map(len, items))
+    return max(sum(_quoted_bytes(format(item, spec)) for spec in specs) for item in items)
+
+
+def _widest_indices(count: int) -> list[int]:
+    """The indices among which the widest is, whatever the number format: the first, the
+    last, and the largest of each number of digits."""
+    last = max(count - 1, 0)
+    return [0, last, *(10**k - 1 for k in range(1, len(str(last))))]
+
+
+def _quoted_bytes(value: str) -> int:
+    return len(shlex.quote(value).encode())
 
 
 def _pieces(template: str) -> list[tuple[str, str | None, str | None, str | None]]:

@@ -8,6 +8,11 @@ ones the parsed document has: ``("stage", 2, "allocation", "cores")`` is the
 table; array elements get their index (``("stage", 0, "after", 1)``), and
 table headers the line of the header. The scanner knows just enough TOML
 to step over strings, comments, arrays and inline tables.
+
+Two scans guard the parser itself: :func:`long_key_line` finds dotted keys of so many
+parts that tomllib would take minutes (its time grows with the square of the parts),
+and :func:`deep_line` finds where arrays and inline tables nest past a depth (tomllib
+recurses into them).
 """
 
 from __future__ import annotations
@@ -17,18 +22,74 @@ import contextlib
 import re
 import tomllib
 
+from workflows import bounds
+
 KeyPath = tuple[str | int, ...]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _SCALAR_END = re.compile(r"[,\]}\n#]")
+_STRINGS = {
+    '"""': re.compile(r'"""(?:[^\\"]|\\.|""?(?!"))*"{3,5}', re.DOTALL),
+    "'''": re.compile(r"'''(?:[^']|''?(?!'))*'{3,5}"),
+    '"': re.compile(r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'),
+    "'": re.compile(r"'[^'\n]*'"),
+}
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+_DOTTED = rf"(?:[ \t]*\.[ \t]*{_KEY_PART}){{{bounds.DEPTH},}}"
+_MANY_DOTS = re.compile(rf"\.[ \t]*{_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART}){{{bounds.DEPTH - 1},}}")
+"""Quick to search (it starts with a dot): any text with a long key matches it."""
+_LONG_KEY = re.compile(  # where a key may start: a line's start, or after [ { or ,
+    rf"(?:^|[\[{{,])[ \t]*{_KEY_PART}{_DOTTED}[ \t]*[=\]]", re.MULTILINE
+)
+_FLAT_ARRAY = re.compile(
+    """\\[(?:[^][{}"'#]++|#[^\\n]*+|""" + "|".join(p.pattern for p in _STRINGS.values()) + ")*+]",
+    re.DOTALL,
+)
+"""An array holding no array or table, stepped over in one match."""
+_NEWLINE = re.compile("\n")
+_TOKENS = re.compile("'''|\"\"\"|[\"'#\\[\\]{}]")
 
 
-def key_lines(text: str) -> dict[KeyPath, int]:
-    """Every key path of ``text`` (valid TOML) mapped to its line; best effort on anything else."""
-    scanner = _Scanner(text)
-    with contextlib.suppress(IndexError, ValueError):  # keep what was found before
+def key_lines(text: str, depth: int | None = None) -> dict[KeyPath, int]:
+    """Every key path of ``text`` (valid TOML) mapped to its line; best effort on anything else.
+
+    With ``depth``, only paths of at most that many parts: long arrays below it are then
+    stepped over at once.
+    """
+    scanner = _Scanner(text, depth)
+    with contextlib.suppress(IndexError, ValueError, RecursionError):  # keep what was found
         scanner.document()
     return scanner.lines
+
+
+def long_key_line(text: str) -> int | None:
+    """The line of the first dotted key or header of more than :data:`bounds.DEPTH` parts."""
+    match = _LONG_KEY.search(text) if _MANY_DOTS.search(text) else None
+    return None if match is None else text.count("\n", 0, match.end()) + 1
+
+
+def deep_line(text: str, depth: int) -> int | None:
+    """The line where arrays and inline tables first nest more than ``depth`` deep, if they do.
+
+    Strings and comments are stepped over; anything else is only counted, so this is
+    meant for text the parser could not read.
+    """
+    level, pos = 0, 0
+    while (token := _TOKENS.search(text, pos)) is not None:
+        kind, pos = token.group(), token.end()
+        if kind in _STRINGS:
+            string = _STRINGS[kind].match(text, token.start())
+            pos = len(text) if string is None else string.end()
+        elif kind == "#":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+        elif kind in "[{":
+            level += 1
+            if level > depth:
+                return text.count("\n", 0, token.start()) + 1
+        elif kind in "]}":
+            level = max(0, level - 1)
+    return None
 
 
 def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int:
@@ -40,10 +101,11 @@ def line_of(lines: dict[KeyPath, int], path: KeyPath) -> int:
 
 
 class _Scanner:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, depth: int | None = None) -> None:
         self.text = text
         self.pos = 0
-        self.newlines = [i for i, c in enumerate(text) if c == "\n"]
+        self.depth = depth
+        self.newlines = [m.start() for m in _NEWLINE.finditer(text)]
         self.lines: dict[KeyPath, int] = {}
         self.array_tables: dict[KeyPath, int] = {}
         """Element count of each array of tables seen so far."""
@@ -52,7 +114,8 @@ class _Scanner:
         return bisect.bisect_left(self.newlines, self.pos if pos is None else pos) + 1
 
     def record(self, path: KeyPath, line: int) -> None:
-        self.lines.setdefault(path, line)
+        if self.depth is None or len(path) <= self.depth:
+            self.lines.setdefault(path, line)
 
     def peek(self, n: int = 1) -> str:
         return self.text[self.pos : self.pos + n]
@@ -135,6 +198,8 @@ class _Scanner:
             self.pos += 1
 
     def value(self, path: KeyPath) -> None:
+        if len(path) > 2 * bounds.DEPTH:
+            raise ValueError(f"nested too deeply at {self.pos}")
         self.skip_blank(newlines=False)
         c = self.peek()
         if c in "\"'":
@@ -148,6 +213,11 @@ class _Scanner:
             self.pos = len(self.text) if match is None else match.start()
 
     def array(self, path: KeyPath) -> None:
+        if self.depth is not None and len(path) >= self.depth:
+            flat = _FLAT_ARRAY.match(self.text, self.pos)
+            if flat is not None:
+                self.pos = flat.end()
+                return
         self.pos += 1
         index = 0
         while True:
@@ -175,24 +245,11 @@ class _Scanner:
                 self.pos += 1
 
     def string(self) -> None:
-        quote = self.peek()
-        triple = self.peek(3) == quote * 3
-        self.pos += 3 if triple else 1
-        while True:
-            c = self.text[self.pos]
-            if c == "\\" and quote == '"':
-                self.pos += 2
-            elif triple and self.peek(3) == quote * 3:
-                self.pos += 3
-                for _ in range(2):  # up to two quotes just before the closing three are content
-                    if self.peek() == quote:
-                        self.pos += 1
-                return
-            elif not triple and c == quote:
-                self.pos += 1
-                return
-            else:
-                self.pos += 1
+        opening = self.peek(3) if self.peek(3) in _STRINGS else self.peek()
+        match = _STRINGS[opening].match(self.text, self.pos)
+        if match is None:
+            raise ValueError(f"unterminated string at {self.pos}")
+        self.pos = match.end()
 
 
 def _unquote(token: str) -> str:

@@ -1,0 +1,189 @@
+"""The circuit breaker: pilots that keep failing at start stop the run with the batch
+system's reason, instead of being replaced forever."""
+
+from collections.abc import Sequence
+
+from backends.mock import MockSlurm
+from backends.workload import ClusterSpec
+from orchestrator import clock
+from orchestrator.breaker import IN_A_ROW, PER_MINUTE, Breaker
+from orchestrator.engine import PilotRun
+from orchestrator.pool import Worker
+from orchestrator.session import LocalOptions, MockOptions, RunConfig, execute, run_simulated
+from orchestrator.store import Store
+from workflows.spec import Allocation, Stage, TaskTemplate, Workflow, loads
+
+IDLE = MockOptions(load=0, cluster=ClusterSpec(nodes=2, cores_per_node=28))
+
+
+def fail(breaker, stage="a", now=0.0, reason="launch failed requeued held", done=0):
+    return breaker.ended(
+        {stage: done}, joined=False, released=False, now=now, state="FAILED", reason=reason
+    )
+
+
+def useful(breaker, stage="a", now=0.0, done=1, released=True):
+    return breaker.ended(
+        {stage: done}, joined=True, released=released, now=now, state="COMPLETED", reason=""
+    )
+
+
+def test_n_failures_in_a_row_stop_with_the_reason():
+    breaker = Breaker()
+    for i in range(IN_A_ROW - 1):
+        assert fail(breaker, now=100.0 * i) is None  # far apart: only the streak counts
+    stop = fail(breaker, now=1000.0)
+    assert stop == (
+        f"stage a: {IN_A_ROW} in a row of its pilots ended before any worker started (the "
+        "batch system says: FAILED, launch failed requeued held); stopped instead of "
+        "submitting more"
+    )
+
+
+def test_a_useful_pilot_resets_the_streak_of_its_stage_only():
+    breaker = Breaker()
+    for i in range(IN_A_ROW - 1):
+        fail(breaker, "a", now=100.0 * i)
+        fail(breaker, "b", now=100.0 * i)
+    assert useful(breaker, "a", now=500.0, done=3) is None
+    assert fail(breaker, "a", now=600.0, done=3) is None
+    assert fail(breaker, "b", now=600.0) is not None
+
+
+def test_pilots_the_run_released_are_no_failures():
+    breaker = Breaker()
+    for i in range(3 * IN_A_ROW):
+        assert useful(breaker, now=100.0 * i, done=0) is None  # released before any task
+
+
+def test_a_pilot_whose_stage_finished_nothing_while_it_ran_failed():
+    breaker = Breaker()
+    assert useful(breaker, now=0.0, done=4, released=False) is None
+    stops = [
+        breaker.ended(
+            {"a": 4}, joined=True, released=False, now=600.0 * i, state="TIMEOUT", reason=""
+        )
+        for i in range(1, IN_A_ROW + 1)
+    ]
+    assert stops[:-1] == [None] * (IN_A_ROW - 1)
+    assert stops[-1] == (
+        f"stage a: {IN_A_ROW} in a row of its pilots ended before finishing any task (the "
+        "batch system says: TIMEOUT); stopped instead of submitting more"
+    )
+
+
+def test_m_failures_within_a_minute_stop_even_between_useful_pilots():
+    breaker = Breaker()
+    stops = []
+    for i in range(PER_MINUTE):
+        stops.append(fail(breaker, now=5.0 * i, reason="", done=i))
+        useful(breaker, now=5.0 * i + 1, done=i + 1)
+    assert stops[:-1] == [None] * (PER_MINUTE - 1)
+    assert stops[-1] is not None and f"{PER_MINUTE} in 60 s" in stops[-1]
+    assert "(the batch system says: FAILED)" in stops[-1]
+
+
+def test_failures_more_than_a_minute_apart_do_not_add_up():
+    breaker = Breaker(in_a_row=100)
+    assert all(fail(breaker, now=61.0 * i) is None for i in range(3 * PER_MINUTE))
+
+
+def test_a_pilot_of_several_stages_counts_for_each():
+    breaker = Breaker(in_a_row=2)
+    both = {"a": 0, "b": 0}
+    assert (
+        breaker.ended(both, joined=False, released=False, now=0, state="FAILED", reason="") is None
+    )
+    stop = breaker.ended(both, joined=False, released=False, now=1, state="FAILED", reason="")
+    assert stop is not None and stop.startswith("stage a:")
+
+
+class NoWorkers:
+    """Pilots whose workers never come: each one's allocation runs out unused."""
+
+    def started(self, pilot: PilotRun, info) -> Sequence[Worker]:
+        return ()
+
+    def ended(self, pilot: PilotRun, workers: Sequence[Worker]) -> None:
+        pass
+
+
+def test_the_engine_stops_a_stage_whose_pilots_never_bring_workers():
+    workflow = loads(
+        """
+        name = "nobody"
+        [[stage]]
+        name = "work"
+        allocation = { cores = 4, time = "10m" }
+        tasks = { command = "true", count = 4, cores = 1 }
+        """
+    )
+
+    async def main():
+        backend = MockSlurm(ClusterSpec(nodes=2, cores_per_node=28))
+        async with await Store.open(":memory:") as store:
+            config = RunConfig(strategy="per-stage")
+            return await execute(workflow, config, store, backend=backend, workers=NoWorkers())
+
+    summary = clock.run(main(), virtual=True)
+    assert summary.status == "failed"
+    assert summary.error == (
+        f"stage work: {IN_A_ROW} in a row of its pilots ended before any worker started (the "
+        "batch system says: TIMEOUT, TimeLimit); stopped instead of submitting more"
+    )
+    assert [p.state for p in summary.pilots] == ["TIMEOUT"] * IN_A_ROW
+
+
+def test_tasks_that_outlast_every_pilot_stop_the_run():
+    """Found by running what validate accepts: a task longer than its pilot's time limit was
+    lost at every pilot's end, and its stage resubmitted for ever."""
+    workflow = loads(
+        """
+        name = "long"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "10m" }
+        tasks = { command = "x", count = 1 }
+        simulate = { duration = 1200 }
+        """
+    )
+    summary = run_simulated(workflow, RunConfig(strategy="per-stage", mock=IDLE))
+    assert summary.status == "failed"
+    assert summary.error.startswith(f"stage a: {IN_A_ROW} in a row of its pilots ended before ")
+    assert "finishing any task (the batch system says: TIMEOUT" in summary.error
+    assert len(summary.pilots) == IN_A_ROW
+
+
+def test_a_run_of_useful_pilots_is_not_stopped():
+    """Pilots shorter than the stage: each finishes some tasks, the next goes on."""
+    workflow = loads(
+        """
+        name = "waves"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1, time = "10m" }
+        tasks = { command = "x", count = 45, cores = 1 }
+        simulate = { duration = 100 }
+        """
+    )
+    summary = run_simulated(workflow, RunConfig(strategy="per-stage", mock=IDLE))
+    assert summary.status == "done", summary.error
+    assert len(summary.pilots) > IN_A_ROW
+
+
+def test_a_local_pilot_that_cannot_start_stops_the_run_with_its_reason(tmp_path):
+    """The issue's 6,388 failed pilots in 90 s: a stage name too long for a file name (which
+    a workflow file can no longer give) made every pilot of the local backend fail at once."""
+    stage = Stage("s" * 300, TaskTemplate("true", count=1), Allocation(cores=1))
+    workflow = Workflow("long-names", (stage,))
+    config = RunConfig(backend="local", strategy="per-stage", local=LocalOptions(), workdir=tmp_path)
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            return await execute(workflow, config, store)
+
+    summary = clock.run(main(), virtual=False)
+    assert summary.status == "failed"
+    assert f"{IN_A_ROW} in a row" in summary.error
+    assert "File name too long" in summary.error
+    assert len(summary.pilots) == IN_A_ROW
