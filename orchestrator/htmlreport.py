@@ -22,7 +22,7 @@ from orchestrator.compare import Row, normalised
 from orchestrator.human import allocation, duration, offset, relative
 from orchestrator.report import causes_text
 from orchestrator.runrecord import CategoryUse, CoreUsage, RunRecord, category_use, failure_kind
-from orchestrator.summary import PilotFigures
+from orchestrator.summary import PilotFigures, StageFigures
 from workflows.spec import Allocation
 
 FAILED_ROWS = 25
@@ -51,16 +51,16 @@ p.lead, p.note { color: #4b5563; margin: 4px 0 12px; }
          margin: 16px 0 8px; }
 .card { border: 1px solid #e3e6ea; border-radius: 6px; padding: 10px 12px; }
 .card .value { font-size: 20px; font-weight: 600; white-space: nowrap; }
-.card .value small { font-size: 12px; font-weight: 400; color: #4b5563; }
+.card .value small { display: block; font-size: 12px; font-weight: 400; color: #4b5563; }
 .card .name { font-weight: 600; color: #374151; }
 .card .what { font-size: 12px; color: #6b7280; }
 div.wide { overflow-x: auto; }
 figure { margin: 10px 0; } figure svg { width: 100%; height: auto; }
 table { border-collapse: collapse; margin: 8px 0 4px; font-size: 13.5px; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e9ecef; text-align: left;
-         vertical-align: top; }
+         vertical-align: top; white-space: nowrap; }
 th { background: #f1f3f5; font-weight: 600; }
-td, th { white-space: nowrap; } td.w { white-space: normal; min-width: 12em; }
+td.w { white-space: normal; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 10px 0; }
 dt { color: #6b7280; } dd { margin: 0; }
@@ -85,14 +85,11 @@ def run_page(record: RunRecord) -> str:
         '<p class="note">Each stage from the moment it was ready; each pilot from its '
         "submission: held back by its dependency, queued, then holding its cores.</p>",
         _figure(plots.timeline(stages, pilots, record.job_ids(), record.end_t)),
-        _stage_table(record),
+        _stage_table(record, stages),
         "<h2>Queue waits: predicted and real</h2>",
-        _figure(plots.waits(pilots)) if pilots else "<p>No pilot was submitted.</p>",
-        _pilot_table(record, pilots),
+        _waits(record, pilots),
         "<h2>Cores held and cores busy</h2>",
-        '<p class="note">Cores of the running pilots, and those allocated to running task '
-        "attempts; the area between them is the core-hours the run held and did not use.</p>",
-        _figure(plots.cores(usage)),
+        _cores(usage),
         "<h2>Task resource efficiency</h2>",
         _efficiency(category_use(record)),
         "<h2>Attempts that did not succeed</h2>",
@@ -146,7 +143,11 @@ def _cards(figures: Mapping[str, Any], usage: CoreUsage) -> str:
         ("PWT", duration(figures["pwt_s"]), ""),
         ("core-hours", f"{figures['core_hours']:,.2f}", ""),
         ("OH", f"{figures['oh_core_hours']:,.2f}", "core-hours"),
-        ("hit ratio", "-" if hit is None else f"{hit:.0%}", f"{sum(judged)} of {len(judged)}"),
+        (
+            "hit ratio",
+            "-" if hit is None else f"{hit:.0%}",
+            f"{sum(judged)} of {len(judged)}" * bool(judged),
+        ),
         ("idle", f"{idle:,.2f}", "core-hours" + (f", {idle / held:.0%}" if held > 0 else "")),
     ]
     items = "".join(
@@ -158,7 +159,7 @@ def _cards(figures: Mapping[str, Any], usage: CoreUsage) -> str:
     return f'<div class="cards">{items}</div>'
 
 
-def _stage_table(record: RunRecord) -> str:
+def _stage_table(record: RunRecord, stages: Sequence[StageFigures]) -> str:
     rows = {s["stage"]: s for s in record.stages}
     failed = record.failures_by_stage()
     return _table(
@@ -189,7 +190,7 @@ def _stage_table(record: RunRecord) -> str:
                 offset(s.end_t),
                 duration(s.wait),
             )
-            for s in record.stage_figures()
+            for s in stages
         ),
         numeric={2, 3, 4, 6, 7, 8, 9, 10},
         note="Moments from the run's start; waited: from ready to its first task starting.",
@@ -234,6 +235,22 @@ def _pilot_table(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
         numeric={5, 6, 7, 8, 9, 10},
         wrap={2, 3},
         note="A prediction hits unless it over-predicted the wait (Table 2 of the ASA paper).",
+    )
+
+
+def _waits(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
+    if not pilots:
+        return "<p>No pilot was submitted.</p>"
+    return _figure(plots.waits(pilots)) + _pilot_table(record, pilots)
+
+
+def _cores(usage: CoreUsage) -> str:
+    if not usage.held.any():
+        return "<p>No pilot started: the run held no core.</p>"
+    return (
+        '<p class="note">Cores of the running pilots, and those allocated to running task '
+        "attempts; the area between them is the core-hours the run held and did not use.</p>"
+        + _figure(plots.cores(usage))
     )
 
 

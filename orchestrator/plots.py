@@ -112,7 +112,6 @@ def timeline(
             1,
             sharex=True,
             height_ratios=[max(len(stages), 1), max(len(pilots), 1)],
-            gridspec_kw={"hspace": 0.05},
         )
         for ax, title in ((top, "stages"), (bottom, "pilots")):
             ax.set_ylabel(title, fontweight="bold")
@@ -181,7 +180,7 @@ def _span(ax, row: int, start: float, end: float, color: str, unit: float) -> No
 
 def _labels(ax, labels: Sequence[str]) -> None:
     ax.set_yticks(range(len(labels)), labels)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_ylim(max(len(labels), 1) - 0.5, -0.5)
 
 
 def _pilot_label(p: PilotFigures, job_id: str | None) -> str:
@@ -226,14 +225,12 @@ def waits(pilots: Sequence[PilotFigures]) -> str:
         _labels(ax, [p.pilot_id for p in pilots])
         ax.set_xlim(0, max(longest / unit, 1e-9) * 1.45)
         ax.set_xlabel(f"queue wait ({name}): from eligible to start")
-        fig.legend(
-            handles=[
-                Patch(facecolor="white", edgecolor="black", hatch="//", label="predicted wait"),
-                Patch(color=QUEUED, label="real wait"),
-            ],
-            loc="outside upper left",
-            ncols=2,
-        )
+        handles = [Patch(color=QUEUED, label="real wait")]
+        if any(p.predicted_wait is not None for p in pilots):
+            handles.insert(
+                0, Patch(facecolor="white", edgecolor="black", hatch="//", label="predicted wait")
+            )
+        fig.legend(handles=handles, loc="outside upper left", ncols=2)
         return svg(fig)
 
 
@@ -352,7 +349,14 @@ def efficiency(categories: Sequence[CategoryUse]) -> str:
             bottom.set_xlim(0, 1)
             bottom.set_xlabel(f"share of allocated {r} × time")
             bottom.grid(axis="y", visible=False)
-        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper left", ncols=3)
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        order = sorted(range(len(labels)), key=lambda i: labels[i] == "largest peak")
+        fig.legend(
+            [handles[i] for i in order],
+            [labels[i] for i in order],
+            loc="outside upper left",
+            ncols=3,
+        )
         fig.legend(*axes[1][0].get_legend_handles_labels(), loc="outside lower left", ncols=3)
         return svg(fig)
 

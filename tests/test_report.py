@@ -266,3 +266,20 @@ def test_time_axes_read_in_the_unit_of_their_span():
     assert time_unit(3 * 3600) == (3600.0, "h")
     assert time_unit(5 * 86400) == (86400.0, "d")
     assert not math.isnan(time_unit(0)[0])
+
+
+def test_a_run_that_recorded_only_its_start_still_has_a_report():
+    record = RunRecord(
+        run={"run_id": "r", "workflow": "w", "strategy": "asa", "status": "failed",
+             "backend": "slurm", "sizer": "select", "seed": 0, "summary": None,
+             "error": "the batch system refused a pilot: <bad account>"},
+        stages=[{"stage": s, "state": "waiting", "tasks_total": 3, "tasks_done": 0,
+                 "ready_t": None, "start_t": None, "end_t": None} for s in ("a", "b")],
+        pilots=[], tasks=[], attempts=[], waits=[],
+    )  # fmt: skip
+    page = run_page(record)
+    assert '<div class="error">error: the batch system refused a pilot: &lt;bad account&gt;' in page
+    assert "No pilot was submitted." in page and "the run held no core" in page
+    assert "No attempt ended." in page and "Every attempt that ended succeeded." in page
+    assert _embedded(page)["makespan_s"] == 0.0
+    assert re.search(r">a \(3 tasks\)</text>", page) and re.search(r">b \(3 tasks\)</text>", page)
