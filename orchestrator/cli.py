@@ -31,6 +31,7 @@ from orchestrator.dashboard import live_view
 from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import compare_tables, run_table, status_tables, strategies_table
+from orchestrator.runrecord import RunRecord
 from orchestrator.session import (
     BACKENDS,
     TRACES,
@@ -545,6 +546,50 @@ def status(
         )
 
 
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(help="A run (`leadtime status` lists them).")],
+    out_file: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
+        "report.html"
+    ),
+    db: Db = None,
+) -> None:
+    """Write a run's report: one HTML file with its timeline, queue waits, cores held and
+    busy, task resource efficiency and failed attempts, that opens with no server or network."""
+    pages = _html_pages()
+
+    async def main():
+        async with await _existing_store(db) as store:
+            return await RunRecord.load(store, run_id)
+
+    try:
+        record = clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
+    if record is None:
+        fail(f"no run {run_id}")
+    _write_page(out_file, pages.run_page(record))
+    out.print(f"wrote {out_file}: run {run_id} of {record.run['workflow']}", highlight=False)
+
+
+def _html_pages():
+    """The HTML report's module; its plotting library is an optional extra."""
+    try:
+        from orchestrator import htmlreport
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] != "matplotlib":
+            raise
+        fail("the report draws its plots with matplotlib: pip install 'leadtime[report]'")
+    return htmlreport
+
+
+def _write_page(path: Path, page: str) -> None:
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as e:
+        fail(f"--out {path}: {e.strerror or e}")
+
+
 def _state(run: dict) -> str:
     """A run's state as ``status`` says it: ``manager gone (last seen 2 h 5 min ago)``."""
     state = runs.state(run)
@@ -611,10 +656,18 @@ def compare(
     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
     quiet: Annotated[bool, typer.Option(help="No live dashboard per run.")] = False,
+    report_file: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also write the comparison as an HTML file, with plots."),
+    ] = None,
 ) -> None:
     """Run strategies side by side under identical conditions (Table 1 of the ASA paper)."""
     if backend != "mock":
         fail("compare needs --backend mock: only a simulated queue replays identically")
+    if report_file is not None:  # before hours of runs: can the report be written?
+        _html_pages()
+        if not report_file.parent.is_dir():
+            fail(f"--report {report_file}: no directory {report_file.parent}")
     chosen = [_choice(s, STRATEGIES, "strategy") for s in _csv(strategies, "strategies")]
     try:
         cores = [int(c) for c in _csv(scales, "scales")]
@@ -656,9 +709,23 @@ def compare(
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
     if json_:
         out.print_json(json.dumps([r.as_json() for r in rows]))
-        return
-    for table in compare_tables(rows):
-        out.print(table)
+    else:
+        for table in compare_tables(rows):
+            out.print(table)
+    if report_file is not None:
+        settings = {
+            "workflows": ", ".join(str(f) for f in files),
+            "strategies": ", ".join(chosen),
+            "scales (cores)": ", ".join(map(str, cores)),
+            "runs": str(runs),
+            "queue": f"{trace} replayed" if trace else f"synthetic load {load_:g}",
+            "queue order": f"by {priority} time",
+            "seed": str(seed),
+        }
+        if cluster:
+            settings["cluster"] = cluster
+        _write_page(report_file, _html_pages().compare_page(rows, settings))
+        err.print(f"wrote {report_file}", highlight=False)
 
 
 bench_app = App(no_args_is_help=True, help="Benchmarks that need no cluster.")

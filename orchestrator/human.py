@@ -36,6 +36,12 @@ def offset(seconds: float | None) -> str:
     return "" if seconds is None else f"t+{duration(seconds)}"
 
 
+def relative(ratio: float) -> str:
+    """A figure over the best one's: ``best`` (within half a percent), else ``+24%``."""
+    extra = ratio - 1.0
+    return "best" if abs(extra) < 0.005 else f"+{extra:.0%}"
+
+
 def allocation(a: Allocation) -> str:
     """A stage's pilot as a person reads it: ``28 cores on 2 nodes, 57,344 MB, 20 min``."""
     parts = [f"{a.cores} core{'s' if a.cores != 1 else ''}"]

@@ -10,7 +10,7 @@ import numpy as np
 from rich.table import Table
 
 from orchestrator.compare import Row, normalised
-from orchestrator.human import duration, offset
+from orchestrator.human import duration, offset, relative
 from orchestrator.summary import RunSummary
 
 
@@ -58,11 +58,6 @@ def strategies_table(summaries: Sequence[RunSummary]) -> Table:
             str(len(s.pilots)),
         )
     return table
-
-
-def _pct(ratio: float) -> str:
-    extra = ratio - 1.0
-    return "best" if abs(extra) < 0.005 else f"+{extra:.0%}"
 
 
 def compare_tables(rows: Sequence[Row]) -> list[Table]:
@@ -113,7 +108,7 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
         averages.add_row(
             workflow,
             strategy,
-            *(_pct(m[k]) for k in ("twt_s", "makespan_s", "core_hours", "pwt_s")),
+            *(relative(m[k]) for k in ("twt_s", "makespan_s", "core_hours", "pwt_s")),
             f"{overhead[workflow, strategy]:,.2f}",
         )
     return [figures, averages]

@@ -3,7 +3,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from workflows.datasets import DataNotFound, data_dir
 
 SLURM_LOCAL = Path(__file__).resolve().parents[1] / "scripts" / "slurm-local"
@@ -23,6 +25,18 @@ def data():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI needs the trace data: {e}")
         pytest.skip(f"needs the trace data: {e}")
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """``leadtime ARGS --db STORE`` in-process, on a store of the test's own."""
+    runner = CliRunner()
+    db = str(tmp_path / "store.db")
+
+    def invoke(*args: str):
+        return runner.invoke(app, [*args, "--db", db])
+
+    return invoke
 
 
 @pytest.fixture(scope="session")

@@ -176,7 +176,9 @@ def test_a_local_pilot_that_cannot_start_stops_the_run_with_its_reason(tmp_path)
     a workflow file can no longer give) made every pilot of the local backend fail at once."""
     stage = Stage("s" * 300, TaskTemplate("true", count=1), Allocation(cores=1))
     workflow = Workflow("long-names", (stage,))
-    config = RunConfig(backend="local", strategy="per-stage", local=LocalOptions(), workdir=tmp_path)
+    config = RunConfig(
+        backend="local", strategy="per-stage", local=LocalOptions(), workdir=tmp_path
+    )
 
     async def main():
         async with await Store.open(tmp_path / "store.db") as store:

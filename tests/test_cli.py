@@ -11,17 +11,6 @@ from workflows.spec import example
 BLAST = str(example("blast"))
 
 
-@pytest.fixture
-def cli(tmp_path):
-    runner = CliRunner()
-    db = str(tmp_path / "store.db")
-
-    def invoke(*args: str):
-        return runner.invoke(app, [*args, "--db", db])
-
-    return invoke
-
-
 def test_run_json_has_the_run_s_figures_and_each_stage_s(cli):
     done = cli("run", BLAST, "--json", "--strategy", "per-stage", "--scale", "28")
     assert done.exit_code == 0, done.output

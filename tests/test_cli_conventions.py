@@ -22,6 +22,7 @@ COMMANDS = [
     ["validate"],
     ["demo"],
     ["status"],
+    ["report"],
     ["compare"],
     ["worker"],
     ["sizers"],
