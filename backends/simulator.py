@@ -10,7 +10,9 @@ priority order while they fit; the first that does not gets a reservation at
 the earliest time enough resources free up, computed from the running jobs'
 *requested* end times (the shadow time); lower-priority jobs may start now only
 if they fit now and either end before the shadow time or use only resources the
-reservation does not need.
+reservation does not need. A job whose user is at a per-user limit is passed
+over and takes no reservation; a backfilled job that brings the blocked job's
+user to its limit makes the pass start over.
 
 Speed comes from keeping scheduling incremental: the free-core total is a
 counter, running jobs are kept ordered by requested end, the queue is mirrored
