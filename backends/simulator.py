@@ -31,7 +31,7 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from backends.site import FairShare, UserLimits
 from backends.workload import ClusterSpec, JobStream
 
 Priority = Literal["submit", "eligible"]
+Values = TypeVar("Values", float, np.ndarray)  # one job's, or many jobs' at once
 
 INF = math.inf
 _DEAD = np.iinfo(np.int64).max  # a queue slot whose job has left the queue
@@ -286,7 +287,7 @@ class _Users:
         return self.factor
 
 
-def _decayed(usage, elapsed, running, h: float):  # type: ignore[no-untyped-def]
+def _decayed(usage: Values, elapsed: Values, running: Values, h: float) -> Values:
     """Usage ``elapsed`` seconds on, decayed with half-life ``h`` while ``running`` cores add
     to it (floats or arrays alike)."""
     rate = math.log(2) / h
@@ -667,7 +668,7 @@ class Simulator:
         if self._queue.push(job, key) or job.heavy:
             self._dirty = True  # heavy: memory may bind, the reservation must be per node
 
-    def _priority(self, cores, user, origin):  # type: ignore[no-untyped-def]
+    def _priority(self, cores: Values, user: Values, origin: Values) -> Values:
         """Slurm's multifactor priority of jobs (scalars or arrays alike)."""
         fair = self._fair
         assert fair is not None
