@@ -17,7 +17,8 @@ from pathlib import Path
 
 from backends.base import JobInfo, JobState, NodeShare, PilotRequest, ResumeRefused, SubmitError
 from backends.simulator import INF, Priority, SimJob, Simulator
-from backends.swf import SwfTrace
+from backends.site import NO_POLICY, QueueModel, SitePolicy
+from backends.swf import SwfTrace, load_trace
 from backends.workload import WEEK, Background, ClusterSpec, TraceReplay
 from workflows.spec import Allocation
 
@@ -26,7 +27,8 @@ DEFAULT_CLUSTER = ClusterSpec(nodes=16, cores_per_node=32)
 
 
 class MockSlurm:
-    """A simulated Slurm cluster: nodes, FIFO + EASY backfill, dependencies, background load.
+    """A simulated Slurm cluster: nodes, EASY backfill, dependencies, background load under
+    its site policy (per-user limits, fair share: :class:`~backends.site.SitePolicy`).
 
     Time limits are rounded up to whole minutes, as ``sbatch --time`` does.
     ``partition`` must be unset or the cluster's partition; ``account``, ``qos``
@@ -49,10 +51,13 @@ class MockSlurm:
             cluster = background.default_cluster() if background is not None else DEFAULT_CLUSTER
         self.cluster = cluster
         self.background = background
+        site = background.site if background is not None else NO_POLICY
         self._options = {
             "priority": priority,
             "backfill": backfill,
             "kill_invalid_depend": kill_invalid_depend,
+            "limits": site.limits,
+            "fair_share": site.fair_share,
         }
         self._sim: Simulator | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -74,10 +79,20 @@ class MockSlurm:
         priority: Priority = "submit",
         backfill: bool = True,
         kill_invalid_depend: bool = False,
+        model: QueueModel | str = QueueModel.SITE,
     ) -> MockSlurm:
         """A cluster under replayed trace load (HPC2N, KTH, CTC or an SWF path), see
-        :class:`~backends.workload.TraceReplay`; the cluster defaults to the trace's machine."""
-        load = TraceReplay.of(trace, offset=offset, start_job=start_job, warmup=warmup, scale=scale)
+        :class:`~backends.workload.TraceReplay`, under ``model``'s site policy; the cluster
+        defaults to the trace's (:meth:`~backends.workload.TraceReplay.default_cluster`)."""
+        log = trace if isinstance(trace, SwfTrace) else load_trace(trace)
+        load = TraceReplay(
+            log,
+            offset=offset,
+            start_job=start_job,
+            warmup=warmup,
+            scale=scale,
+            site=SitePolicy.of(model, log),
+        )
         return cls(
             cluster,
             background=load,

@@ -10,7 +10,9 @@ priority order while they fit; the first that does not gets a reservation at
 the earliest time enough resources free up, computed from the running jobs'
 *requested* end times (the shadow time); lower-priority jobs may start now only
 if they fit now and either end before the shadow time or use only resources the
-reservation does not need.
+reservation does not need. A job whose user is at a per-user limit is passed
+over and takes no reservation; a backfilled job that brings the blocked job's
+user to its limit makes the pass start over.
 
 Speed comes from keeping scheduling incremental: the free-core total is a
 counter, running jobs are kept ordered by requested end, the queue is mirrored
@@ -26,11 +28,10 @@ from __future__ import annotations
 import copy
 import heapq
 import math
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -43,13 +44,15 @@ from backends.base import (
     dependency_status,
 )
 from backends.placement import EPS, Nodes, Placement, place
+from backends.site import FairShare, UserLimits
 from backends.workload import ClusterSpec, JobStream
 
 Priority = Literal["submit", "eligible"]
+Values = TypeVar("Values", float, np.ndarray)  # one job's, or many jobs' at once
 
 INF = math.inf
 _DEAD = np.iinfo(np.int64).max  # a queue slot whose job has left the queue
-_END, _NODE_DOWN, _NODE_UP = 0, 1, 2
+_END, _NODE_DOWN, _NODE_UP, _WITHDRAW = 0, 1, 2, 3
 
 
 @dataclass(slots=True, eq=False)
@@ -64,15 +67,16 @@ class SimJob:
     nodes: int | None = None
     mem_per_core: float = 0.0
     name: str = ""
+    user: int = 0
     watched: bool = False
     stream_index: int = -1
     heavy: bool = False  # more memory per core than the nodes' default share
     state: JobState = JobState.PENDING
     reason: str = ""
     eligible: float | None = None
+    origin: float = 0.0  # when its age starts counting: submit or eligible time
     start: float | None = None
     end: float | None = None
-    key: tuple[float, int] = (INF, 0)
     dependency: tuple[DependencyKind, tuple[SimJob, ...]] | None = None
     placement: Placement | None = None
     requested_end: float = INF
@@ -108,40 +112,65 @@ class _Reservation:
 class _Queue:
     """Eligible pending jobs in priority order, mirrored in numpy arrays for backfill scans.
 
-    A job that leaves stays in place as a dead slot (cores ``_DEAD``) until the
-    next compaction, so slots do not move during a scheduling pass.
+    The order is by (key, job id), the key smaller first: the time age counts from
+    under FIFO priorities, minus the priority under fair share. A job that leaves
+    stays in place as a dead slot (cores ``_DEAD``) until the next compaction, so
+    slots do not move during a scheduling pass.
     """
+
+    _FIELDS = (
+        ("key", np.float64),
+        ("ids", np.int64),
+        ("cores", np.int64),
+        ("limit", np.float64),
+        ("user", np.int64),
+        ("origin", np.float64),
+    )
 
     def __init__(self) -> None:
         self.jobs: list[SimJob] = []
-        self.cores = np.empty(1024, np.int64)
-        self.limit = np.empty(1024, np.float64)
+        self.key = self.ids = self.cores = self.limit = self.user = self.origin = np.empty(0)
+        self._allocate(1024)
         self.lo = 0  # no live job before this slot
         self.live = 0
         self.heavy = 0  # live jobs asking for more than the default memory per core
 
+    def _allocate(self, capacity: int, keep: np.ndarray | None = None) -> None:
+        """Arrays of ``capacity`` slots holding the first slots (or the ``keep`` ones)."""
+        n = len(self.jobs)
+        for name, kind in self._FIELDS:
+            old = getattr(self, name)
+            new = np.empty(capacity, kind)
+            kept = old[:n] if keep is None else old[keep]
+            new[: len(kept)] = kept
+            setattr(self, name, new)
+
     def __len__(self) -> int:
         return self.live
 
-    def push(self, job: SimJob) -> None:
-        """Insert by priority key."""
+    def push(self, job: SimJob, key: float) -> bool:
+        """Insert by (key, id); True if the job went anywhere but the tail."""
         jobs, n = self.jobs, len(self.jobs)
         if n == len(self.cores):
-            self.cores = np.concatenate([self.cores, np.empty(n, np.int64)])
-            self.limit = np.concatenate([self.limit, np.empty(n, np.float64)])
-        if not n or jobs[-1].key < job.key:
+            self._allocate(2 * n)
+        tail = not n or (key, job.id) > (self.key[n - 1], self.ids[n - 1])
+        if tail:
             slot = n
-            jobs.append(job)
         else:
-            slot = bisect_right(jobs, job.key, key=_key)
-            self.cores[slot + 1 : n + 1] = self.cores[slot:n]
-            self.limit[slot + 1 : n + 1] = self.limit[slot:n]
-            jobs.insert(slot, job)
+            keys = self.key[:n]
+            slot = int(np.searchsorted(keys, key, "left"))
+            high = int(np.searchsorted(keys, key, "right"))
+            slot += int(np.searchsorted(self.ids[slot:high], job.id))
+            for name, _ in self._FIELDS:
+                array = getattr(self, name)
+                array[slot + 1 : n + 1] = array[slot:n]
             self.lo = min(self.lo, slot)
-        self.cores[slot] = job.cores
-        self.limit[slot] = job.time_limit
+        jobs.insert(slot, job)
+        self.key[slot], self.ids[slot], self.cores[slot] = key, job.id, job.cores
+        self.limit[slot], self.user[slot], self.origin[slot] = job.time_limit, job.user, job.origin
         self.live += 1
         self.heavy += job.heavy
+        return not tail
 
     def kill(self, slot: int) -> None:
         self.cores[slot] = _DEAD
@@ -149,7 +178,8 @@ class _Queue:
         self.heavy -= self.jobs[slot].heavy
 
     def remove(self, job: SimJob) -> None:
-        self.kill(bisect_left(self.jobs, job.key, key=_key))
+        n = len(self.jobs)
+        self.kill(int(np.flatnonzero((self.ids[:n] == job.id) & (self.cores[:n] != _DEAD))[0]))
 
     def head(self) -> int:
         """Slot of the highest-priority live job, or -1."""
@@ -165,18 +195,16 @@ class _Queue:
     def compact(self) -> None:
         """Drop dead slots once they outnumber live ones."""
         n = len(self.jobs)
-        if n - self.live < max(1024, self.live):
-            return
-        keep = self.cores[:n] != _DEAD
-        self.jobs = [job for job, k in zip(self.jobs, keep.tolist(), strict=True) if k]
-        m = len(self.jobs)
-        capacity = max(1024, 2 * m)
-        cores, limit = np.empty(capacity, np.int64), np.empty(capacity, np.float64)
-        cores[:m], limit[:m] = self.cores[:n][keep], self.limit[:n][keep]
-        self.cores, self.limit, self.lo = cores, limit, 0
+        if n - self.live >= max(1024, self.live):
+            self.reorder(np.flatnonzero(self.cores[:n] != _DEAD))
 
-
-_key = attrgetter("key")
+    def reorder(self, order: np.ndarray, keys: np.ndarray | None = None) -> None:
+        """Keep the slots ``order`` lists, in that order, with new ``keys`` if given."""
+        self.jobs = [self.jobs[i] for i in order.tolist()]
+        self._allocate(max(1024, 2 * len(self.jobs)), keep=order)
+        if keys is not None:
+            self.key[: len(keys)] = keys
+        self.lo = 0
 
 
 @dataclass
@@ -199,9 +227,71 @@ class _Arrivals:
         self.cores: list[int] = jobs.cores.tolist()
         self.run: list[float] = jobs.run.tolist()
         self.limit: list[float] = jobs.limit.tolist()
+        self.user: list[int] = jobs.user.tolist()
+        self.patience: list[float] = jobs.patience.tolist()
         self.cursor = 0
         self.next = self.submit[0] if self.submit else INF
         self.starts = np.full(len(self.submit), np.nan)
+
+    def shared(self) -> list[object]:
+        """The read-only lists a fork may share."""
+        return [self.submit, self.cores, self.run, self.limit, self.user, self.patience]
+
+
+class _Users:
+    """Per-user state: running jobs and cores (for the limits), fair-share usage.
+
+    Users ``0 .. count - 2`` are the background's, held to ``limits``; the last
+    user submits the jobs of :meth:`Simulator.submit` (leadtime's pilots), which no
+    limit holds.
+    """
+
+    def __init__(self, count: int, limits: UserLimits | None, fair: FairShare | None) -> None:
+        self.count = count
+        self.limits = limits
+        self.jobs = np.zeros(count, np.int64)  # running
+        self.cores = np.zeros(count, np.int64)
+        unlimited = np.iinfo(np.int64).max // 2
+        self.max_jobs = np.full(count, limits.jobs if limits else unlimited, np.int64)
+        self.max_cores = np.full(count, limits.cores if limits else unlimited, np.int64)
+        self.max_jobs[-1] = self.max_cores[-1] = unlimited
+        self.half_life = fair.half_life if fair is not None else INF
+        self.usage = [0.0] * count  # decayed core-seconds at ``since``
+        self.since = [0.0] * count
+        self.factor = np.ones(count)  # Fair Tree's fair-share factor
+
+    def allow(self, users: np.ndarray, cores: np.ndarray) -> np.ndarray:
+        """Which jobs (of these users and cores) their users' limits let start now."""
+        return (self.jobs[users] < self.max_jobs[users]) & (
+            self.cores[users] + cores <= self.max_cores[users]
+        )
+
+    def run(self, job: SimJob, now: float, sign: int = 1) -> None:
+        """``job`` starts (or, with ``sign`` -1, ends)."""
+        u = job.user
+        if self.half_life < INF:
+            elapsed = now - self.since[u]
+            self.usage[u] = _decayed(self.usage[u], elapsed, int(self.cores[u]), self.half_life)
+            self.since[u] = now
+        self.jobs[u] += sign
+        self.cores[u] += sign * job.cores
+
+    def fair_factors(self, now: float) -> np.ndarray:
+        """Every user's usage brought to ``now``, and Fair Tree's factor: users ranked by
+        usage (every user an equal share), 1 for the least, ties sharing the higher."""
+        elapsed = now - np.array(self.since)
+        usage = _decayed(np.array(self.usage), elapsed, self.cores, self.half_life)
+        self.usage, self.since = usage.tolist(), [now] * self.count
+        below = np.searchsorted(np.sort(usage), usage, "left")
+        self.factor = (self.count - below) / self.count
+        return self.factor
+
+
+def _decayed(usage: Values, elapsed: Values, running: Values, h: float) -> Values:
+    """Usage ``elapsed`` seconds on, decayed with half-life ``h`` while ``running`` cores add
+    to it (floats or arrays alike)."""
+    rate = math.log(2) / h
+    return usage * np.exp(-elapsed * rate) - running / rate * np.expm1(-elapsed * rate)
 
 
 class Simulator:
@@ -213,6 +303,12 @@ class Simulator:
     is pure FIFO. With ``kill_invalid_depend`` a job whose dependency can never
     be satisfied is cancelled (Slurm's SchedulerParameters flag); by default it
     stays pending with reason ``DependencyNeverSatisfied``, as in Slurm 22.05.
+
+    ``limits`` hold each background user to so many running jobs and cores
+    (Slurm's MaxJobsPerUser, MaxTRESPerUser); ``fair_share`` orders the queue by
+    Slurm's multifactor priority instead, age counted from submission or
+    eligibility as ``priority`` says, recomputed at the first event at least
+    ``calc_period`` after the last computation.
     """
 
     def __init__(
@@ -224,6 +320,8 @@ class Simulator:
         priority: Priority = "submit",
         backfill: bool = True,
         kill_invalid_depend: bool = False,
+        limits: UserLimits | None = None,
+        fair_share: FairShare | None = None,
     ) -> None:
         if priority not in ("submit", "eligible"):
             raise ValueError(f"priority must be 'submit' or 'eligible', got {priority!r}")
@@ -256,8 +354,16 @@ class Simulator:
         self._dirty = False  # something other than tail arrivals changed
         self._scanned = 0  # queue slots seen by the last pass
 
-        self._arrivals = _Arrivals(stream if stream is not None else _empty_stream())
+        self._in_pass = False  # jobs made eligible during a pass wait for its end
+        self._deferred: list[SimJob] = []
+
+        stream = stream if stream is not None else _empty_stream()
+        self._arrivals = _Arrivals(stream)
         self.now = min(self.now, self._arrivals.next)
+        own_user = int(stream.user.max()) + 1 if len(stream) else 0
+        self._users = _Users(own_user + 1, limits, fair_share)
+        self._fair = fair_share
+        self._next_calc = -INF
 
     # ------------------------------------------------------------------ clock
 
@@ -331,7 +437,7 @@ class Simulator:
     def fork(self) -> Simulator:
         """An independent copy of the cluster now, sharing the read-only background stream."""
         a = self._arrivals
-        shared = {id(x): x for x in (a.submit, a.cores, a.run, a.limit)}
+        shared = {id(x): x for x in a.shared()}
         shared[id(a.starts)] = a.starts.copy()
         listener, self.listener = self.listener, None
         try:
@@ -442,6 +548,7 @@ class Simulator:
             nodes=nodes,
             mem_per_core=mem_per_core,
             name=name,
+            user=self._users.count - 1,
             heavy=mem_per_core > self._default_mem + EPS,
         )
         self._next_id += 1
@@ -500,6 +607,9 @@ class Simulator:
         if kind == _NODE_UP:
             assert isinstance(payload, int)
             return self._node_token[payload] == token
+        if kind == _WITHDRAW:
+            assert isinstance(payload, SimJob)
+            return not payload.state.finished
         return True
 
     def _fire_events(self, t: float) -> None:
@@ -514,6 +624,9 @@ class Simulator:
                 job = payload
                 timed_out = job.run is None or job.run >= job.time_limit
                 self._finish(job, JobState.TIMEOUT if timed_out else JobState.COMPLETED)
+            elif kind == _WITHDRAW:
+                assert isinstance(payload, SimJob)
+                self._finish(payload, JobState.CANCELLED)
             elif kind == _NODE_DOWN:
                 assert isinstance(payload, tuple)
                 self._node_down(*payload)
@@ -529,9 +642,11 @@ class Simulator:
         mem = self._default_mem
         while i < n and submit[i] <= t:
             job = SimJob(self._next_id, a.cores[i], a.limit[i], submit[i], a.run[i], None, mem)
-            job.stream_index = i
+            job.stream_index, job.user = i, a.user[i]
             self._next_id += 1
             self._make_eligible(job)
+            if a.patience[i] < INF:
+                self._push(submit[i] + a.patience[i], _WITHDRAW, job)
             i += 1
         self.stats.submitted += i - a.cursor
         a.cursor = i
@@ -540,13 +655,44 @@ class Simulator:
     def _make_eligible(self, job: SimJob) -> None:
         job.eligible = self.now
         job.reason = ""
-        job.key = (job.submit if self.priority == "submit" else self.now, job.id)
-        # Jobs become eligible at submission (the tail), by an end or a cancel (which
-        # trigger a full pass), or by a start within a pass: then they rank after the
-        # started job, where the pass has yet to look.
-        self._queue.push(job)
-        if job.heavy:
-            self._dirty = True  # memory may bind: the reservation must be made per node
+        job.origin = job.submit if self.priority == "submit" else self.now
+        if self._in_pass:
+            self._deferred.append(job)  # slots must not move under a pass
+        else:
+            self._enqueue(job)
+
+    def _enqueue(self, job: SimJob) -> None:
+        key = -self._priority(job.cores, job.user, job.origin) if self._fair else job.origin
+        # Jobs join at the tail, where a tail pass finds them, unless an older job
+        # becomes eligible (a dependency met) or fair share ranks them higher.
+        if self._queue.push(job, key) or job.heavy:
+            self._dirty = True  # heavy: memory may bind, the reservation must be per node
+
+    def _priority(self, cores: Values, user: Values, origin: Values) -> Values:
+        """Slurm's multifactor priority of jobs (scalars or arrays alike)."""
+        fair = self._fair
+        assert fair is not None
+        age = np.minimum((self.now - origin) / fair.max_age, 1.0)
+        size = cores / self.cluster.total_cores
+        factor = self._users.factor[user]
+        return fair.age_weight * age + fair.fairshare_weight * factor + fair.size_weight * size
+
+    def _reprioritise(self) -> None:
+        """Every queued job's priority anew (Slurm's PriorityCalcPeriod), the queue re-sorted."""
+        fair = self._fair
+        assert fair is not None
+        self._next_calc = self.now + fair.calc_period
+        self._users.fair_factors(self.now)
+        queue = self._queue
+        if not queue.live:
+            return
+        live = np.flatnonzero(queue.cores[: len(queue.jobs)] != _DEAD)
+        keys = -self._priority(queue.cores[live], queue.user[live], queue.origin[live])
+        order = np.lexsort((queue.ids[live], keys))
+        if not np.array_equal(order, np.arange(live.size)):
+            self._dirty = True  # a new order: a full pass
+        self._scanned = int(np.searchsorted(live, self._scanned))  # the same jobs, compacted
+        queue.reorder(live[order], keys[order])
 
     @staticmethod
     def _dependency_status(job: SimJob) -> DependencyStatus:
@@ -601,6 +747,7 @@ class Simulator:
             self._heavy_running -= 1
         running = self._running
         del running[bisect_left(running, (job.requested_end, job.id))]
+        self._users.run(job, self.now, -1)
 
     def _start(self, slot: int, job: SimJob, placement: Placement) -> None:
         self._queue.kill(slot)
@@ -614,6 +761,7 @@ class Simulator:
         job.start = now
         job.requested_end = end = now + job.time_limit
         insort(self._running, (end, job.id, job))
+        self._users.run(job, now)
         run = job.run
         self._push(end if run is None or run >= job.time_limit else now + run, _END, job)
         self.stats.started += 1
@@ -641,17 +789,29 @@ class Simulator:
     # ------------------------------------------------------------ scheduling
 
     def _schedule(self) -> None:
-        """A scheduling pass: full after a change, else a backfill test of the new tail jobs."""
+        """A scheduling pass: full after a change, else a test of the new tail jobs alone
+        (against the standing reservation, if a job is blocked)."""
+        if self._fair is not None and self.now >= self._next_calc:
+            self._reprioritise()
         queue = self._queue
         while True:
             dirty, self._dirty = self._dirty, False
-            if dirty or self._blocked is None:
+            self._in_pass = True
+            if dirty:
                 if len(queue) or self._blocked is not None:
                     self._full_pass()
-            elif self._scanned < len(queue.jobs) and self._reservation is not None:
+            elif self._scanned < len(queue.jobs):
                 self.stats.tail_passes += 1
-                self._backfill(self._scanned)
+                if self._blocked is None:
+                    self._start_in_order(self._scanned)
+                elif self._reservation is not None:
+                    self._backfill(self._scanned)
+            self._in_pass = False
             self._scanned = len(queue.jobs)
+            deferred, self._deferred = self._deferred, []
+            for job in deferred:
+                self._enqueue(job)
+                self._dirty = True
             if not self._dirty:
                 return
 
@@ -661,18 +821,44 @@ class Simulator:
         queue.compact()
         self._blocked = None
         self._reservation = None
-        while (slot := queue.head()) >= 0:
+        self._start_in_order(queue.head())
+
+    def _start_in_order(self, slot: int) -> None:
+        """Start jobs from ``slot`` on in priority order while they fit; the first that does
+        not is blocked: it gets the reservation, and the jobs behind it are backfilled."""
+        queue = self._queue
+        slot = self._next_startable(slot)
+        while slot >= 0:
             job = queue.jobs[slot]
             placement = self._fit(job)
             if placement is None:
                 break
             self._start(slot, job, placement)
+            slot = self._next_startable(slot + 1)
         else:
             return
         self._blocked = job
         if self.backfill:
             self._reservation = self._reserve(job)
             self._backfill(slot + 1)
+
+    def _next_startable(self, slot: int) -> int:
+        """The first live slot from ``slot`` on whose job its user's limits let start, or -1."""
+        queue = self._queue
+        n = len(queue.jobs)
+        if slot < 0:
+            return -1
+        cores = queue.cores
+        while slot < n and cores[slot] == _DEAD:
+            slot += 1
+        if slot >= n or self._users.limits is None:
+            return slot if slot < n else -1
+        job = queue.jobs[slot]
+        if self._users.allow(job.user, job.cores):
+            return slot
+        ok = self._users.allow(queue.user[slot:n], cores[slot:n]) & (cores[slot:n] != _DEAD)
+        found = np.flatnonzero(ok)
+        return slot + int(found[0]) if found.size else -1
 
     def _reserve(self, head: SimJob) -> _Reservation:
         """The head's reservation: when and where enough resources free up."""
@@ -726,6 +912,8 @@ class Simulator:
             fits = cores <= free
             if res.extra < free:  # jobs running past the shadow must fit in extra
                 fits &= (queue.limit[first:end] <= window) | (cores <= res.extra)
+            if self._users.limits is not None:
+                fits &= self._users.allow(queue.user[first:end], cores)
             candidates = np.flatnonzero(fits)
             if not candidates.size:
                 return
@@ -746,6 +934,11 @@ class Simulator:
                     self.stats.backfilled += 1
                     first = slot + 1
                     break
+            if self._users.limits is not None and self._blocked is not None:
+                head = self._blocked
+                if not self._users.allow(head.user, head.cores):
+                    self._dirty = True  # its user's limit now holds the head: start over
+                    return
             if not started:
                 return
 

@@ -128,8 +128,48 @@ class SwfTrace:
         return np.where(known, req, fallback)
 
     def max_procs(self) -> int:
-        """Processors of the machine: the header's MaxProcs, else the largest job."""
-        return self.header.max_procs or int(self.procs().max(initial=1))
+        """Processors of the machine: the header's MaxProcs, else the most processors the
+        recorded schedule had busy at once, or the largest job if that is more."""
+        if self.header.max_procs:
+            return self.header.max_procs
+        schedule = RecordedSchedule.of(self)
+        return max(int(self.procs().max(initial=1)), schedule.peak(schedule.procs))
+
+
+@dataclass(frozen=True)
+class RecordedSchedule:
+    """The jobs that ran, as the log records them: start, end, processors, user."""
+
+    start: np.ndarray
+    end: np.ndarray
+    procs: np.ndarray
+    user: np.ndarray
+
+    @classmethod
+    def of(cls, trace: SwfTrace) -> RecordedSchedule:
+        jobs = trace.jobs
+        procs = np.where(jobs["alloc_procs"] > 0, jobs["alloc_procs"], trace.procs())
+        ran = (jobs["wait"] >= 0) & (jobs["run"] > 0) & (procs > 0)
+        start = (jobs["submit"] + jobs["wait"])[ran]
+        return cls(start, start + jobs["run"][ran], procs[ran], jobs["user"][ran])
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def peak(self, weight: np.ndarray, by_user: bool = False) -> int:
+        """The largest total ``weight`` running at once (within one user's jobs with
+        ``by_user``; users unknown to the log are left out)."""
+        keep = self.user >= 0 if by_user else np.ones(len(self), bool)
+        if not keep.any():
+            return 0
+        w = weight[keep].astype(np.int64)
+        times = np.concatenate([self.start[keep], self.end[keep]])
+        delta = np.concatenate([w, -w])
+        group = np.tile(self.user[keep], 2) if by_user else np.zeros(times.size, np.int64)
+        # A user's events in time order, ends before starts at the same instant; each
+        # user's running total returns to 0, so one cumulative sum serves every user.
+        order = np.lexsort((delta, times, group))
+        return int(np.cumsum(delta[order]).max())
 
 
 def trace_path(trace: str | Path) -> Path:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from backends.site import NO_POLICY, SitePolicy
 from backends.swf import SwfTrace, load_trace
 from workflows import quantity
 
@@ -97,16 +98,24 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class JobStream:
-    """Background jobs: submit times, cores, runtimes capped by time limits, time limits (s)."""
+    """Background jobs: submit times, cores, runtimes capped by time limits, time limits (s);
+    users (0, 1, ...; all one user's when not given) and patience: the seconds after its
+    submission at which a job not yet ended is cancelled (``inf``: never)."""
 
     submit: np.ndarray
     cores: np.ndarray
     run: np.ndarray
     limit: np.ndarray
+    user: np.ndarray = None  # type: ignore[assignment]
+    patience: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         n = len(self.submit)
-        if not (len(self.cores) == len(self.run) == len(self.limit) == n):
+        if self.user is None:
+            object.__setattr__(self, "user", np.zeros(n, np.int64))
+        if self.patience is None:
+            object.__setattr__(self, "patience", np.full(n, np.inf))
+        if any(len(a) != n for a in (self.cores, self.run, self.limit, self.user, self.patience)):
             raise ValueError("job stream arrays differ in length")
         if n and np.any(np.diff(self.submit) < 0):
             raise ValueError("job stream is not sorted by submit time")
@@ -114,11 +123,22 @@ class JobStream:
     def __len__(self) -> int:
         return len(self.submit)
 
+    def _with(self, submit: np.ndarray, rows: np.ndarray | slice = slice(None)) -> JobStream:
+        """These jobs (``rows`` of them) at new submit times."""
+        return JobStream(
+            submit,
+            self.cores[rows],
+            self.run[rows],
+            self.limit[rows],
+            self.user[rows],
+            self.patience[rows],
+        )
+
     def select(self, mask: np.ndarray) -> JobStream:
-        return JobStream(self.submit[mask], self.cores[mask], self.run[mask], self.limit[mask])
+        return self._with(self.submit[mask], mask)
 
     def shifted(self, seconds: float) -> JobStream:
-        return JobStream(self.submit + seconds, self.cores, self.run, self.limit)
+        return self._with(self.submit + seconds)
 
     def compressed(self, around: float, factor: float) -> JobStream:
         """Arrivals ``factor`` times as frequent, time measured from ``around``.
@@ -126,22 +146,33 @@ class JobStream:
         The usual way to study a trace under heavier load: job shapes and
         runtimes stay as recorded, only the gaps between submissions shrink.
         """
-        submit = around + (self.submit - around) / factor
-        return JobStream(submit, self.cores, self.run, self.limit)
+        return self._with(around + (self.submit - around) / factor)
 
     @classmethod
-    def from_trace(cls, trace: SwfTrace, max_cores: int | None = None) -> JobStream:
-        """The trace's submit stream: requested processors and time limits, recorded
-        runtimes, for the jobs :func:`replayable` keeps. Runtimes beyond the time
-        limit are cut to it, as the limit would kill them."""
-        keep = replayable(trace, max_cores)
+    def from_trace(
+        cls, trace: SwfTrace, max_cores: int | None = None, site: SitePolicy = NO_POLICY
+    ) -> JobStream:
+        """The trace's submit stream: requested processors (whole nodes' where ``site`` says
+        the machine allocated them) and time limits, recorded runtimes, users, for the jobs
+        :func:`replayable` keeps. Runtimes beyond the time limit are cut to it, as the limit
+        would kill them. A job the site policy withdraws holds its place in the queue until
+        its recorded cancellation; started before, it ends at once (it never ran, the log
+        records no runtime for it)."""
+        keep = replayable(trace, max_cores, site)
         limit = trace.time_limits()
         run = np.minimum(trace.jobs["run"], limit)
+        patience = np.full(len(trace), np.inf)
+        gone = site.withdraws(trace)
+        patience[gone] = trace.jobs["wait"][gone]
+        run[gone] = 0.0
+        _, user = np.unique(trace.jobs["user"][keep], return_inverse=True)
         return cls(
             submit=trace.jobs["submit"][keep].astype(np.float64),
-            cores=trace.procs()[keep].astype(np.int64),
+            cores=site.footprint(trace.procs())[keep].astype(np.int64),
             run=run[keep].astype(np.float64),
             limit=limit[keep].astype(np.float64),
+            user=user.astype(np.int64),
+            patience=patience[keep],
         )
 
     def rotated_copies(self, copies: int) -> JobStream:
@@ -149,7 +180,8 @@ class JobStream:
 
         Each copy keeps every job and the total span stays the same, so a cluster
         ``copies`` times larger sees the same utilisation from independent-looking
-        load rather than from ``copies`` synchronised bursts.
+        load rather than from ``copies`` synchronised bursts. Each copy's users are
+        users of their own.
         """
         if copies == 1 or not len(self):
             return self
@@ -158,25 +190,33 @@ class JobStream:
             [t0 + (self.submit - t0 + i * span / copies) % span for i in range(copies)]
         )
         order = np.argsort(submit, kind="stable")
+        users = int(self.user.max()) + 1
+        user = np.concatenate([self.user + i * users for i in range(copies)])
         tile = [np.tile(a, copies)[order] for a in (self.cores, self.run, self.limit)]
-        return JobStream(submit[order], *tile)
+        return JobStream(submit[order], *tile, user[order], np.tile(self.patience, copies)[order])
 
 
-def replayable(trace: SwfTrace, max_cores: int | None = None) -> np.ndarray:
+def replayable(
+    trace: SwfTrace, max_cores: int | None = None, site: SitePolicy = NO_POLICY
+) -> np.ndarray:
     """Which jobs of a trace a replay submits.
 
     Jobs without a recorded runtime never ran and are left out, as are jobs
-    asking for more than ``max_cores`` (Slurm rejects those at submission).
+    asking for more than ``max_cores`` (Slurm rejects those at submission),
+    unless the site policy withdraws cancelled jobs: those queued until then.
     """
-    cores = trace.procs()
-    keep = (trace.jobs["run"] >= 0) & (cores > 0)
+    cores = site.footprint(trace.procs())
+    keep = ((trace.jobs["run"] >= 0) | site.withdraws(trace)) & (cores > 0)
     if max_cores is not None:
         keep &= cores <= max_cores
     return keep
 
 
 class Background(Protocol):
-    """A source of background jobs for the simulated cluster."""
+    """A source of background jobs for the simulated cluster, and the site policy it runs
+    under (which the simulator applies: per-user limits, fair share)."""
+
+    site: SitePolicy
 
     def default_cluster(self) -> ClusterSpec:
         """The machine this load was recorded or generated for."""
@@ -199,7 +239,8 @@ class TraceReplay:
     ``scale`` runs a ``scale`` times larger cluster under that many rotated
     copies of the trace (:meth:`JobStream.rotated_copies`). ``load`` multiplies
     the arrival rate (:meth:`JobStream.compressed`), a what-if for a busier
-    machine; 1 replays the trace as recorded.
+    machine; 1 replays the trace as recorded. ``site`` is the policy the jobs
+    are replayed under (:meth:`SitePolicy.of`); by default none.
     """
 
     trace: SwfTrace
@@ -208,6 +249,7 @@ class TraceReplay:
     warmup: float = WEEK
     scale: int = 1
     load: float = 1.0
+    site: SitePolicy = NO_POLICY
 
     def __post_init__(self) -> None:
         if self.offset is not None and self.start_job is not None:
@@ -240,7 +282,7 @@ class TraceReplay:
         return float(submit[0]) + self.warmup if len(submit) else 0.0
 
     def stream(self, start: float, cluster: ClusterSpec) -> JobStream:
-        jobs = JobStream.from_trace(self.trace, max_cores=cluster.total_cores)
+        jobs = JobStream.from_trace(self.trace, max_cores=cluster.total_cores, site=self.site)
         jobs = jobs.rotated_copies(self.scale)
         origin = self.origin()
         jobs = jobs.select(jobs.submit >= origin - self.warmup * self.load)
@@ -256,6 +298,7 @@ class SyntheticLoad:
     workload models); runtimes are lognormal with median ``median_runtime``; time
     limits overestimate runtimes by a uniform factor up to ``overestimate``,
     rounded up to ``limit_rounding`` seconds (users ask in round numbers).
+    Its jobs are all one user's; ``site`` is the policy they run under (none by default).
     """
 
     utilisation: float = 0.7
@@ -270,6 +313,7 @@ class SyntheticLoad:
     warmup: float = 2 * 86400.0
     seed: int | np.random.Generator | None = None
     cluster: ClusterSpec | None = None
+    site: SitePolicy = NO_POLICY
 
     def __post_init__(self) -> None:
         if not 0 < self.utilisation <= 1.5:

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backends.base import SubmitError
+from backends.site import QueueModel
 from backends.slurm import SlurmError
 from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
@@ -132,6 +133,17 @@ Cluster = Annotated[
 Priority = Annotated[
     str, typer.Option(help="Mock queue order: submit (FIFO, priority/basic) or eligible time.")
 ]
+QUEUE_MODELS = tuple(model.value for model in QueueModel)
+QueueModelOption = Annotated[
+    str,
+    typer.Option(
+        "--queue-model",
+        help="Mock scheduling of the replayed log: site (its per-user limits, whole nodes where "
+        "its machine gave them, its cancelled jobs queued until cancelled), fair-share (site "
+        "with Slurm's fair-share priority, age counted as --priority says) or easy (FIFO and "
+        "EASY backfill alone).",
+    ),
+]
 ALL_FIELDS = ",".join(GEOMETRY_FIELDS)
 LearnBy = Annotated[
     str,
@@ -203,6 +215,7 @@ def _mock(
     trace_load: float,
     cluster: str | None,
     priority: str,
+    queue_model: str,
     offset: float | None,
     seed: int,
 ) -> MockOptions:
@@ -211,6 +224,7 @@ def _mock(
     elif trace is not None and not Path(trace).exists():
         fail(f"--trace {trace}: not one of {', '.join(TRACES)} and no such file")
     _choice(priority, ("submit", "eligible"), "priority")
+    _choice(queue_model, QUEUE_MODELS, "queue model")
     try:
         spec = None if cluster is None else ClusterSpec.parse(cluster)
     except ValueError as e:
@@ -223,6 +237,7 @@ def _mock(
         trace_load=trace_load,
         cluster=spec,
         priority=priority,
+        queue_model=queue_model,
         offset=offset,
         seed=seed,
     )
@@ -256,6 +271,7 @@ def run(
     trace_load: TraceLoad = 1.0,
     cluster: Cluster = None,
     priority: Priority = "submit",
+    queue_model: QueueModelOption = QueueModel.SITE.value,
     offset: Offset = None,
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
@@ -334,7 +350,7 @@ def run(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
-        mock=_mock(trace, load_, trace_load, cluster, priority, offset, seed),
+        mock=_mock(trace, load_, trace_load, cluster, priority, queue_model, offset, seed),
         workdir=workdir,
         local=LocalOptions(
             bind=bind or "127.0.0.1", oversubscribe=oversubscribe, worker_args=worker_args
@@ -482,9 +498,9 @@ def _remove_store(path: Path) -> None:
 app.command("worker")(agent.command)
 
 
-DEMO_MOCK = MockOptions(trace="HPC2N", cluster=ClusterSpec.parse("9x28:128G"), offset=67_522_001.0)
-"""HPC2N's queue as replayed on 9 nodes of 28 cores from 16 September 2004, 19:10 UTC on: busy
-enough that pilots wait an hour or more, not days."""
+DEMO_MOCK = MockOptions(trace="HPC2N", cluster=ClusterSpec.parse("9x28:128G"), offset=67_500_401.0)
+"""HPC2N's queue as replayed (site queue model) on 9 nodes of 28 cores from 16 September 2004,
+13:10 UTC on: busy enough that pilots wait an hour or two, not days."""
 
 
 @app.command()
@@ -639,6 +655,7 @@ def compare(
     trace_load: TraceLoad = 1.0,
     cluster: Cluster = None,
     priority: Priority = "submit",
+    queue_model: QueueModelOption = QueueModel.SITE.value,
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
@@ -683,7 +700,7 @@ def compare(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
-        mock=_mock(trace, load_, trace_load, cluster, priority, None, seed),
+        mock=_mock(trace, load_, trace_load, cluster, priority, queue_model, None, seed),
         **_sizer(sizer),
     )
     live = not (quiet or json_)

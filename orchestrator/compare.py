@@ -1,8 +1,9 @@
 """Strategies side by side under identical conditions (Table 1 of the ASA paper, Souza et al.).
 
-Every strategy of a comparison meets the same cluster: the same trace, from
-the same start offset, with the same warm-up, and the same task durations
-(drawn from the run's seed). Runs go in sequence, and every run uses the same
+Every strategy of a comparison meets the same cluster: the same trace under
+the same queue model (by default ``site``, the log's own policies), from the
+same start offset, with the same warm-up, and the same task durations (drawn
+from the run's seed). Runs go in sequence, and every run uses the same
 store, so the queue-wait learner starts each run with what the earlier ones
 taught it, as the paper keeps Algorithm 1's state across its runs.
 """

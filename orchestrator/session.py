@@ -7,6 +7,7 @@ so a run looks the same whichever door it came in by.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -21,7 +22,9 @@ from typing import Any
 from backends.base import BatchBackend, JobState
 from backends.local import WORKER_COMMAND, LocalBackend
 from backends.mock import MockSlurm
+from backends.site import QueueModel, SitePolicy
 from backends.slurm import SlurmBackend
+from backends.swf import SwfTrace, load_trace
 from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
 from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
@@ -57,6 +60,10 @@ class MockOptions:
     """Arrival-rate factor of the replayed trace (1: as recorded)."""
     cluster: ClusterSpec | None = None
     priority: str = "submit"
+    queue_model: str = QueueModel.SITE
+    """How the replayed log is scheduled: ``site`` (the log's per-user limits, node
+    granularity and cancelled jobs), ``fair-share`` (and Slurm's fair-share priority) or
+    ``easy`` (FIFO and EASY backfill alone); synthetic load is always ``easy``."""
     offset: float | None = None
     warmup: float | None = None
     cluster_scale: int = 1
@@ -66,11 +73,13 @@ class MockOptions:
         common: dict[str, Any] = {"priority": self.priority}
         if self.trace is not None:
             extra = {} if self.warmup is None else {"warmup": self.warmup}
-            replay = TraceReplay.of(
-                self.trace,
+            log, site = _log_and_policy(self.trace, self.queue_model)
+            replay = TraceReplay(
+                log,
                 offset=self.offset,
                 scale=self.cluster_scale,
                 load=self.trace_load,
+                site=site,
                 **extra,
             )
             return MockSlurm(self.cluster, background=replay, **common)
@@ -79,6 +88,14 @@ class MockOptions:
         cluster = self.cluster or ClusterSpec(nodes=64, cores_per_node=32)
         load = SyntheticLoad(utilisation=self.load, seed=self.seed, cluster=cluster)
         return MockSlurm(cluster, background=load, **common)
+
+
+@functools.lru_cache(maxsize=8)
+def _log_and_policy(trace: str, model: str) -> tuple[SwfTrace, SitePolicy]:
+    """A log and the policy ``model`` reads from it, once per process (a comparison replays
+    the same log in every run)."""
+    log = load_trace(trace)
+    return log, SitePolicy.of(model, log)
 
 
 class SetupError(Exception):

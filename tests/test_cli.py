@@ -50,6 +50,7 @@ def test_compare_json_rows(cli):
         (["--idle-cancel", "0"], "--idle-cancel 0: expected a positive number of seconds"),
         (["--strategy", "fastest"], "fastest"),
         (["--wait-estimate", "1.5"], "--wait-estimate 1.5"),
+        (["--queue-model", "fifo"], "unknown queue model 'fifo'; choose one of easy, site"),
     ],
 )
 def test_bad_options_are_one_line_errors_with_exit_code_2(cli, args, message):
@@ -69,3 +70,17 @@ def test_validate_names_the_file_line_and_field(tmp_path):
     assert done.exit_code == 2
     text = "".join(done.output.split())  # rich wraps long lines
     assert f"{bad}:5:" in text and "stage.a.allocation.cores" in text
+
+
+def test_the_queue_model_reaches_the_replay(cli, tmp_path):
+    """The same offset of HPC2N under the easy and the site model: the pilots meet another
+    queue."""
+    waits = {}
+    for model in ("easy", "site"):
+        done = cli(
+            "run", BLAST, "--trace", "HPC2N", "--offset", "67500401", "--strategy", "per-stage",
+            "--queue-model", model, "--json", "--db", str(tmp_path / model),
+        )  # fmt: skip
+        assert done.exit_code == 0, done.output
+        waits[model] = json.loads(done.output)["twt_s"]
+    assert waits["site"] != waits["easy"]

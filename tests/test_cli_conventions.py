@@ -107,7 +107,7 @@ def test_json_keeps_seconds_where_tables_show_durations(tmp_path):
 
 def test_off_a_terminal_decisions_are_a_log_apart_from_the_summary(tmp_path):
     """Piped output: each decision once, on its own line, and the summary after a blank line."""
-    demo = ["run", str(example("demo")), "--trace", "HPC2N", "--offset", "67522001"]
+    demo = ["run", str(example("demo")), "--trace", "HPC2N", "--offset", "67500401"]
     done = subprocess.run(
         [*LEADTIME, *demo, "--db", str(tmp_path / "store.db")],
         capture_output=True,

@@ -63,7 +63,8 @@ def test_without_any_requested_time_the_longest_run_is_the_limit(tmp_path):
     text += "2 5 0 300 1 -1 -1 1 -1 -1 1 1 1 -1 1 -1 -1 -1\n"
     trace = read_swf(write(tmp_path, text))
     assert trace.time_limits().tolist() == [300, 300]
-    assert trace.header.max_procs is None and trace.max_procs() == 1
+    # no MaxProcs: the most processors busy at once in the recorded schedule (both jobs)
+    assert trace.header.max_procs is None and trace.max_procs() == 2
 
 
 def test_header_only_gives_no_jobs(tmp_path):
