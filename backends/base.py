@@ -178,11 +178,14 @@ class BatchBackend(Protocol):
         waits seen on one cluster say nothing of another's."""
         ...
 
-    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
-        """Take over a pilot that an earlier manager of the run submitted: its job id (found
-        by name and comment when its id was never recorded) once its updates follow, or
-        None when no such job exists any more. Raises :class:`ResumeRefused` where runs
-        cannot be resumed."""
+    async def reattach(
+        self, request: PilotRequest, job_id: str | None, submitted: float
+    ) -> str | None:
+        """Take over a pilot that an earlier manager of the run submitted (at Unix time
+        ``submitted``): its job id (found by name and comment when its id was never recorded:
+        a submission under way when that manager died may land a little later) once its
+        updates follow, or None when no such job exists. Raises :class:`ResumeRefused` where
+        runs cannot be resumed."""
         ...
 
 

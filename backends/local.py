@@ -220,9 +220,12 @@ class LocalBackend:
     async def cluster_name(self) -> str:
         return f"local:{socket.gethostname()}"
 
-    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
+    async def reattach(
+        self, request: PilotRequest, job_id: str | None, submitted: float
+    ) -> str | None:
         """Follow the workers of pilot ``request`` that an earlier manager started, from the
-        record of their process ids; None when none of them runs any more."""
+        record of their process ids; None when none of them runs any more (a local pilot
+        starts with its submission: none can land later)."""
         record = self.run_dir / f"{request.name}.pilot"
         try:
             saved = json.loads(record.read_text())

@@ -115,7 +115,9 @@ class MockSlurm:
         size = f"{c.nodes}x{c.cores_per_node}:{c.memory_per_node_mb}M"
         return f"simulated:{what}:{size}:{self._options['priority']}"
 
-    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
+    async def reattach(
+        self, request: PilotRequest, job_id: str | None, submitted: float
+    ) -> str | None:
         raise ResumeRefused("a simulated run lives in its manager's memory: run it again")
 
     @property

@@ -217,14 +217,20 @@ class SlurmBackend:
 
         return await self._retrying("read the cluster's name", ask)
 
-    async def reattach(self, request: PilotRequest, job_id: str | None) -> str | None:
+    async def reattach(
+        self, request: PilotRequest, job_id: str | None, submitted: float
+    ) -> str | None:
         """Follow a pilot an earlier manager submitted: by its id, or, if the manager died
-        before storing it, by the pilot's job name and comment. None: Slurm no longer has it."""
-        if job_id is None:
+        before storing it, by the pilot's job name and comment, waiting until an sbatch it
+        left running would have answered. None: Slurm does not have it."""
+        while job_id is None:
             found = await self.find(request.name, request.comment)
-            if not found:
+            if found:
+                job_id = found[0]
+            elif clock.epoch_now() - submitted > 2 * self.commands.timeout_s:
                 return None
-            job_id = found[0]
+            else:
+                await clock.sleep(self.poll_interval_s)
         self.track(job_id)
         return job_id
 

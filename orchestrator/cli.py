@@ -620,7 +620,7 @@ def _existing(db: Path | None) -> Path:
     """The store's path, which must exist: reading creates no store."""
     path = db or default_path()
     if not path.exists():
-        fail(f"no store at {path}")
+        fail(f"{path}: no store there")
     return path
 
 

@@ -58,8 +58,9 @@ class WorkerSource(Protocol):
         """Workers that come with the pilot at once (simulated nodes); remote ones join later."""
         ...
 
-    def ended(self, pilot: PilotRun, workers: Sequence[Worker]) -> None:
-        """The pilot's allocation ended: its workers are gone."""
+    def ended(self, pilot: PilotRun | None, workers: Sequence[Worker]) -> None:
+        """The pilot's allocation ended (None: a worker of no pilot of the run came): its
+        workers are gone, or sent away."""
         ...
 
     def expect(self, worker_id: str, key: tuple[str, int], since: float) -> Any:
@@ -196,6 +197,8 @@ class Engine:
         """The planner's notes of the last pass: repeated ones are not noted again."""
         self.status = "running"
         self.error: str | None = None
+        self.recorded = False
+        """The store holds the run (a resume could take it up)."""
         self.breaker = Breaker()
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._inflight: set[asyncio.Task[None]] = set()
@@ -222,7 +225,11 @@ class Engine:
         """Run the workflow to its end; always leaves no pilot of the run behind."""
         if self._restored is None:
             self._t0 = clock.now()
-            await self._preflight()
+            try:
+                await self._preflight()
+            except Refused as e:
+                self.status, self.error = "failed", str(e)
+                raise
         await self._record_start()
         pump = asyncio.create_task(self._pump_updates())
         beat = None if self.backend.simulated else asyncio.create_task(self._heartbeat())
@@ -274,6 +281,13 @@ class Engine:
             stage.ready_t, stage.start_t, stage.end_t = row["ready_t"], row["start_t"], row["end_t"]
             if stage.phase in (Phase.READY, Phase.RUNNING):
                 stage.queue.extend(t for t in stage.tasks if t.state == "queued")
+        now = clock.now()
+        for worker_id, specs in self._expected.items():  # before any worker can register
+            for spec in specs:
+                stage = self.stages[self._task(spec.task_id).task.stage]
+                since = min(now, self._t0 + stage.running[(spec.task_id, spec.attempt)])
+                worker = self.source.expect(worker_id, (spec.task_id, spec.attempt), since)
+                self._follow(worker, spec, since)
         hits = {row["pilot_id"]: row["hit"] for row in saved.waits}
         self._restored = [
             self._restore_pilot(row, hits.get(row["pilot_id"])) for row in saved.pilots
@@ -335,13 +349,14 @@ class Engine:
         return pilot
 
     async def _take_over(self, pilots: Sequence[PilotRun]) -> None:
-        """A resumed run's live pilots followed again (those gone meanwhile are replaced by
-        the planner), and its running attempts awaited from the workers that ran them."""
+        """A resumed run's live pilots followed again; those gone meanwhile are replaced by
+        the planner."""
         gone = []
         for pilot in pilots:
             if not pilot.live:
                 continue
-            job_id = await self.backend.reattach(pilot.request, pilot.job_id)
+            submitted = clock.to_epoch(self._t0 + pilot.submit_t)
+            job_id = await self.backend.reattach(pilot.request, pilot.job_id, submitted)
             if job_id is None:
                 gone.append(pilot)
                 continue
@@ -362,13 +377,6 @@ class Engine:
             )
             self._note(f"pilot {pilot.pilot_id}: gone while the run had no manager")
             self._pilot_ended(pilot, pilot.info)
-        now = clock.now()
-        for worker_id, specs in self._expected.items():
-            for spec in specs:
-                stage = self.stages[self._task(spec.task_id).task.stage]
-                since = min(now, self._t0 + stage.running[(spec.task_id, spec.attempt)])
-                worker = self.source.expect(worker_id, (spec.task_id, spec.attempt), since)
-                self._follow(worker, spec, since)
         await self.store.flush()
 
     def _follow(self, worker: Any, spec: AttemptSpec, since: float) -> None:
@@ -764,8 +772,9 @@ class Engine:
 
     def _on_join(self, worker: Worker) -> None:
         pilot = self._known_as.get(worker.pilot_id)
-        if pilot is None or not pilot.live:
-            self._note(f"worker {worker.id} ignored: no live pilot {worker.pilot_id!r}")
+        if pilot is None or not pilot.live:  # a pilot this run does not know: send it home
+            self._note(f"worker {worker.id} sent away: no live pilot {worker.pilot_id!r}")
+            self.source.ended(None, [worker])
             return
         pilot.workers.append(worker)
         pilot.joined += 1
@@ -989,6 +998,7 @@ class Engine:
         if self._restored is not None:
             self.store.stage("runs", {"run_id": self.run_id}, status="running", **manager)
             await self.store.flush()
+            self.recorded = True
             return
         self.store.stage(
             "runs",
@@ -1015,6 +1025,7 @@ class Engine:
                 tasks_done=0,
             )
         await self.store.flush()
+        self.recorded = True
 
     async def _shutdown(self) -> None:
         """Release every pilot still alive, then record how the run ended.

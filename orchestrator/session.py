@@ -333,7 +333,8 @@ async def cancel(store: Store, run_id: str) -> list[str]:
                 if row["state"] in _ENDED:
                     continue
                 request = request_of(row["request"])
-                job_id = await owner.backend.reattach(request, row["job_id"])
+                submitted = run["created"] + (row["submit_t"] or 0.0)
+                job_id = await owner.backend.reattach(request, row["job_id"], submitted)
                 if job_id is not None:
                     await owner.backend.cancel(job_id)
                     cancelled.append(job_id)
@@ -449,15 +450,12 @@ async def _execute(
         engine.restore(saved)
     if run is None:
         return await engine.run()
-    await run.start()
     try:
-        summary = await engine.run()
-    except BaseException:
-        if engine.status != "running":  # it ended (interrupted, failed): nothing to resume
+        await run.start()
+        return await engine.run()
+    finally:
+        if engine.status != "running" or not engine.recorded:  # nothing a resume would take up
             run.end()
-        raise
-    run.end()
-    return summary
 
 
 def _text(workflow: Workflow) -> str | None:
@@ -529,7 +527,7 @@ async def run_manager(
         raise SetupError(f"cannot make the run directory {run_dir}: {e.strerror}") from e
     secret_file = run_dir / "secret"
     try:
-        if resumed:
+        if resumed and secret_file.exists():  # its workers may be alive: they know this one
             secret = protocol.load_secret(secret_file, {})
         else:
             secret = protocol.generate_secret()

@@ -327,7 +327,8 @@ def _vet(target: Path, readonly: bool) -> bool:
             head = f.read(len(SQLITE_MAGIC))
     except OSError as e:
         raise StoreError(target, f"cannot be read: {e.strerror or e}") from None
-    if not readonly and not os.access(target, os.W_OK):
+    writable = os.access(target, os.W_OK) and target.stat().st_mode & 0o222
+    if not readonly and not writable:  # a file marked read-only is so even for root
         raise StoreError(target, "is read-only: leadtime cannot record runs there")
     if not head:
         return False  # an empty file: a new store

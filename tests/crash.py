@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +69,8 @@ class Crash:
     backend: str
     tasks: int = 8
     extra: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    """The manager's environment (a PATH with a slow sbatch in front, say)."""
 
     def __post_init__(self) -> None:
         (self.root / "out").mkdir(parents=True, exist_ok=True)
@@ -86,6 +89,7 @@ class Crash:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, **(self.env or {})},
         )
 
     def wait_for(self, ready: Callable[[Crash], bool], timeout: float = 120.0) -> bool:
@@ -104,6 +108,12 @@ class Crash:
         assert self.manager is not None
         self.manager.send_signal(signal.SIGKILL)
         self.manager.wait()
+
+    def interrupt(self) -> None:
+        """Ctrl-C: the manager releases its pilots and records the run as interrupted."""
+        assert self.manager is not None
+        self.manager.send_signal(signal.SIGINT)
+        self.manager.wait(timeout=60)
 
     def resume(self, timeout: float = 300.0) -> dict:
         assert self.run_id is not None
@@ -145,3 +155,30 @@ class Crash:
             ["pgrep", "-f", str(self.root)], capture_output=True, text=True, check=False
         ).stdout.split()
         return [int(p) for p in found if int(p) != os.getpid()]
+
+
+SLOW_SBATCH = """#!/bin/sh
+# sbatch, one second late: {mark} exists while a submission is under way, and counts them.
+echo >> "{mark}.count"
+touch "{mark}"
+sleep 1
+{sbatch} "$@"
+status=$?
+rm -f "{mark}"
+exit $status
+"""
+
+
+def slow_sbatch(directory: Path) -> tuple[dict[str, str], Callable[[int], bool]]:
+    """A PATH whose sbatch is slow, and whether the n-th submission is under way now."""
+    directory.mkdir(parents=True, exist_ok=True)
+    mark = directory / "submitting"
+    script = directory / "sbatch"
+    script.write_text(SLOW_SBATCH.format(mark=mark, sbatch=shutil.which("sbatch")))
+    script.chmod(0o755)
+
+    def submitting(n: int) -> bool:
+        count = mark.with_name("submitting.count")
+        return mark.exists() and count.exists() and len(count.read_text().split("\n")) - 1 == n
+
+    return {"PATH": f"{directory}:{os.environ['PATH']}"}, submitting

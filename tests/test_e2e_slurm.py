@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from crash import Crash, slow_sbatch
 from programs import HOG, hog_value
 
 from orchestrator import clock
@@ -127,7 +128,7 @@ async def run(workflow, config, store, cluster, observer=None):
     summary = await execute(workflow, config, store, run_id=cluster.run_id, observer=observer)
     rows = {
         table: await store.rows(table, {"run_id": summary.run_id})
-        for table in ("pilots", "tasks", "attempts", "waits")
+        for table in ("runs", "pilots", "tasks", "attempts", "waits")
     }
     return summary, rows
 
@@ -169,7 +170,9 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
             summary, rows = await run(
                 workflow, slurm_config(tmp_path, strategy), store, cluster, observer
             )
-            learner = (await QueueWaits.load(store)).learner
+            # The learner is kept under the cluster's name, as slurmctld gives it.
+            assert [r["cluster"] for r in rows["runs"]] == ["slurm:leadtime"]
+            learner = (await QueueWaits.load(store, "slurm:leadtime")).learner
             return summary, rows, learner
 
     cluster.background(seconds=6)
@@ -562,3 +565,64 @@ def test_five_pilot_cancels_lose_no_task_and_complete_none_twice(tmp_path, clust
     assert all(a["cause"] for a in lost)
     assert sum(1 for a in rows["attempts"] if a["outcome"] == "success") == tasks
     assert cluster.queued() == []
+
+
+def slurm_crash(tmp_path: Path, env: dict[str, str] | None = None) -> Crash:
+    return Crash(tmp_path, "slurm", extra=("--bind", "127.0.0.1", "--strategy", "asa"), env=env)
+
+
+def queued_of(crash: Crash) -> list[dict[str, str]]:
+    cluster = Cluster()
+    cluster.prefix = f"lt-{crash.run_id}"
+    return cluster.queued()
+
+
+@pytest.mark.parametrize("point", ["in the first stage", "during a pilot's submission"])
+def test_a_killed_managers_slurm_run_resumes_and_completes_every_task_once(tmp_path, point):
+    """SIGKILL of the manager: its pilots live on (the running one's workers keep their
+    tasks, the dependent one keeps its place in the queue), ``leadtime resume`` takes them
+    over and finishes the run; no task runs twice and no job of the run is left queued."""
+    env, submitting = slow_sbatch(tmp_path / "bin")
+    during = point == "during a pilot's submission"  # the 5th sbatch: 3 checks, a, then b
+    crash = slurm_crash(tmp_path / "run", env if during else None)
+    crash.start()
+    try:
+        ready = crash.wait_for(lambda c: submitting(5) if during else c.done("a") >= 2, timeout=180)
+        assert ready, crash.manager.stderr.read()
+        crash.kill()
+        assert "manager gone" in crash.status()
+        alive = [j["name"] for j in queued_of(crash)]
+        assert alive  # its pilots outlived it
+        summary = crash.resume()
+        assert summary["status"] == "done", summary["error"]
+        assert sorted(crash.ids()) == crash.expected_ids()
+        assert (crash.root / "total").read_text().strip() == str(2 * crash.tasks)
+        assert queued_of(crash) == []
+        assert crash.leftovers() == []
+    finally:
+        crash.kill()
+        for job in queued_of(crash) if crash.run_id else []:
+            subprocess.run(["scancel", job["id"]], check=False)
+
+
+def test_cancel_releases_the_pilots_of_a_run_whose_manager_died(tmp_path):
+    crash = slurm_crash(tmp_path)
+    crash.start()
+    try:
+        assert crash.wait_for(lambda c: c.done("a") >= 1, timeout=180)
+        crash.kill()
+        assert queued_of(crash)
+        done = subprocess.run(
+            crash.command("cancel", crash.run_id), capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"run {crash.run_id} cancelled: " in done.stdout
+        for _ in range(100):
+            if not queued_of(crash):
+                break
+            time.sleep(0.2)
+        assert queued_of(crash) == []
+        assert "cancelled" in crash.status()
+        assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
+    finally:
+        crash.kill()

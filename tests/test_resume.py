@@ -51,6 +51,24 @@ def test_a_killed_managers_run_resumes_and_completes_every_task_once(tmp_path, p
     assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
 
 
+def test_an_interrupted_run_resumes_without_redoing_what_finished(tmp_path):
+    crash = Crash(tmp_path, "local")
+    crash.start()
+    assert crash.wait_for(lambda c: c.done("a") >= 3), crash.manager.stderr.read()
+    crash.interrupt()
+    assert crash.manager.returncode == 130
+    assert "interrupted" in crash.status()
+    assert live_pilots(crash.db) == set()  # Ctrl-C released them
+    assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
+    finished = set(crash.ids())
+    summary = crash.resume()  # with new pilots and a new secret
+    assert summary["status"] == "done", summary["error"]
+    ids = crash.ids()
+    assert sorted(ids) == crash.expected_ids()
+    assert ids[: len(finished)] == [i for i in ids if i in finished]  # none of them again
+    assert crash.leftovers() == []
+
+
 def test_resume_refuses_a_run_whose_manager_is_alive(tmp_path):
     crash = Crash(tmp_path, "local")
     crash.start()
