@@ -314,6 +314,14 @@ def run(
     oversubscribe: Annotated[
         bool, typer.Option(help="Local: let a pilot ask for more cores than this machine has.")
     ] = False,
+    manager_grace: Annotated[
+        float,
+        typer.Option(
+            help="Local, slurm: how long the run's workers wait for a manager that is gone "
+            "(for `leadtime resume` to take them over) before they end, and their pilots "
+            "with them (s).",
+        ),
+    ] = 600.0,
     learner_scope: LearnerScope = None,
     resume: Annotated[
         bool,
@@ -339,7 +347,9 @@ def run(
     if backend != "mock" and strategy == "oracle":
         fail("--strategy oracle needs the simulated queue's true waits: use --backend mock")
     _choice(keep_sandboxes, ("never", "failure", "always"), "--keep-sandboxes value")
-    worker_args = ("--keep-sandboxes", keep_sandboxes)
+    if not manager_grace > 0:
+        fail(f"--manager-grace {manager_grace:g}: expected a positive number of seconds")
+    worker_args = ("--keep-sandboxes", keep_sandboxes, "--connect-timeout", f"{manager_grace:g}")
     config = RunConfig(
         backend=backend,
         strategy=strategy,

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest, SubmitError
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
-from orchestrator import clock, human
+from orchestrator import clock, footprint, human
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
 from orchestrator.breaker import Breaker
 from orchestrator.forecast import Durations, forecast_end
@@ -269,12 +269,21 @@ class Engine:
         tasks = {row["task_id"]: row for row in saved.tasks}
         for row in saved.attempts:
             self._restore_attempt(row)
+        phases = {row["stage"]: Phase(row["state"]) for row in saved.stages}
         for stage in self.stages.values():
             for task in stage.tasks:
-                if tasks.get(task.task.id, {}).get("state") == "done":
-                    task.state = "done"
-                    task.running = None
-                    stage.done += 1
+                if tasks.get(task.task.id, {}).get("state") != "done":
+                    continue
+                gone = phases[stage.spec.name].open and footprint.missing(
+                    self.workdir, task.task.outputs
+                )
+                if gone:  # a later stage has not read them yet: they are made again
+                    lost = ", ".join(gone)
+                    self._note(f"task {task.task.id}: done, but {lost} is gone: run again")
+                    continue
+                task.state = "done"
+                task.running = None
+                stage.done += 1
         for row in saved.stages:
             stage = self.stages[row["stage"]]
             stage.phase = Phase(row["state"])

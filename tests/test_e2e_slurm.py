@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -567,8 +568,9 @@ def test_five_pilot_cancels_lose_no_task_and_complete_none_twice(tmp_path, clust
     assert cluster.queued() == []
 
 
-def slurm_crash(tmp_path: Path, env: dict[str, str] | None = None) -> Crash:
-    return Crash(tmp_path, "slurm", extra=("--bind", "127.0.0.1", "--strategy", "asa"), env=env)
+def slurm_crash(tmp_path: Path, env: dict[str, str] | None = None, *extra: str) -> Crash:
+    options = ("--bind", "127.0.0.1", "--strategy", "asa", *extra)
+    return Crash(tmp_path, "slurm", extra=options, env=env)
 
 
 def queued_of(crash: Crash) -> list[dict[str, str]]:
@@ -597,6 +599,32 @@ def test_a_killed_managers_slurm_run_resumes_and_completes_every_task_once(tmp_p
         assert summary["status"] == "done", summary["error"]
         assert sorted(crash.ids()) == crash.expected_ids()
         assert (crash.root / "total").read_text().strip() == str(2 * crash.tasks)
+        assert queued_of(crash) == []
+        assert crash.leftovers() == []
+        with sqlite3.connect(crash.db) as con:  # waits of pilots started while it was down too
+            pilots = con.execute("SELECT pilot_id, start_t FROM pilots").fetchall()
+            learned = {p for (p,) in con.execute("SELECT pilot_id FROM waits")}
+        assert {p for p, start in pilots if start is not None} == learned
+    finally:
+        crash.kill()
+        for job in queued_of(crash) if crash.run_id else []:
+            subprocess.run(["scancel", job["id"]], check=False)
+
+
+def test_the_pilots_of_a_run_nobody_resumes_end_by_themselves(tmp_path):
+    """The running pilot's workers wait --manager-grace for a manager, then end with their
+    tasks and their pilot; the dependent pilot's dependency then fails, and Slurm removes it
+    (--kill-on-invalid-dep)."""
+    crash = slurm_crash(tmp_path, None, "--manager-grace", "4")
+    crash.start()
+    try:
+        assert crash.wait_for(lambda c: c.done("a") >= 1, timeout=180)
+        crash.kill()
+        assert len(queued_of(crash)) == 3  # a running, b and c waiting on it
+        for _ in range(300):
+            if not queued_of(crash):
+                break
+            time.sleep(0.2)
         assert queued_of(crash) == []
         assert crash.leftovers() == []
     finally:

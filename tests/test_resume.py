@@ -51,6 +51,23 @@ def test_a_killed_managers_run_resumes_and_completes_every_task_once(tmp_path, p
     assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
 
 
+def test_a_done_task_whose_output_is_gone_runs_again_on_resume(tmp_path):
+    crash = Crash(tmp_path, "local")
+    crash.start()
+    assert crash.wait_for(lambda c: c.done("b") >= 3), crash.manager.stderr.read()
+    crash.kill()
+    with sqlite3.connect(crash.db) as con:
+        rows = con.execute("SELECT task_id, state FROM tasks").fetchall()
+    done = [t.replace(".", "") for t, state in rows if t[0] == "b" and json.loads(state) == "done"]
+    (tmp_path / "out" / done[0]).unlink()  # say, removed by hand while nobody ran the run
+    summary = crash.resume()
+    assert summary["status"] == "done", summary["error"]
+    ids = crash.ids()
+    assert ids.count(done[0]) == 2 and sorted(set(ids)) == crash.expected_ids()
+    assert all(ids.count(i) == 1 for i in set(ids) - {done[0]})
+    assert (tmp_path / "total").read_text().strip() == str(2 * crash.tasks)
+
+
 def test_an_interrupted_run_resumes_without_redoing_what_finished(tmp_path):
     crash = Crash(tmp_path, "local")
     crash.start()
