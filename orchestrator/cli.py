@@ -31,8 +31,15 @@ from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
 from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
-from orchestrator.report import compare_tables, run_table, status_tables, strategies_table
+from orchestrator.report import (
+    compare_tables,
+    run_table,
+    state_text,
+    status_tables,
+    strategies_table,
+)
 from orchestrator.runrecord import RunRecord
+from orchestrator.runstatus import run_status
 from orchestrator.session import (
     BACKENDS,
     TRACES,
@@ -529,37 +536,65 @@ def demo(
 def status(
     run_id: Annotated[str | None, typer.Argument(help="A run (default: list the runs).")] = None,
     db: Db = None,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print all of it as JSON (times in seconds).")
+    ] = False,
 ) -> None:
-    """List the runs in the store, or show one."""
+    """List the runs in the store, or show one: what it ran and how it stands, its figures,
+    stages, pilots, and every attempt that did not succeed, with why."""
+    if run_id is not None:
+        status = run_status(_record(run_id, db))
+        if json_:
+            out.print_json(json.dumps(status))
+            return
+        for shown in status_tables(status, clock.wall()):
+            out.print(shown)
+        return
 
     async def main():
         async with await _existing_store(db) as store:
-            if run_id is None:
-                return await store.rows("runs", order="created"), [], []
-            where = {"run_id": run_id}
-            return (
-                await store.rows("runs", where),
-                await store.rows("stages", where),
-                await store.rows("attempts", where, order="start_t"),
-            )
+            return await store.rows("runs", order="created")
 
     try:
-        rows, stages, attempts = clock.run(main(), virtual=False)
+        rows = clock.run(main(), virtual=False)
     except StoreError as e:
         fail(str(e))
-    if run_id is not None and not rows:
-        fail(f"no run {run_id}")
-    if run_id is not None:
-        for table in status_tables(rows[0], stages, attempts, runs.state(rows[0])):
-            out.print(table)
+    if json_:
+        listed = [{k: r.get(k) for k in LISTED} | {"state": str(runs.state(r))} for r in rows]
+        out.print_json(json.dumps(listed))
         return
     for row in rows:
         out.print(
             f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
-            f"{_state(row):<34} {row.get('error') or ''}",
+            f"{_state(row):<34} {_first_line(row.get('error') or '')}",
             highlight=False,
             markup=False,
         )
+
+
+LISTED = ("run_id", "workflow", "backend", "strategy", "status", "created", "ended", "error")
+"""What ``status --json`` says of each run when it lists them."""
+
+
+def _first_line(text: str) -> str:
+    """A message's first line (a task's error goes on with its output's last lines)."""
+    return text.split("\n", 1)[0]
+
+
+def _record(run_id: str, db: Path | None) -> RunRecord:
+    """The run ``run_id`` as the store holds it; exit 2 when there is no such run."""
+
+    async def main():
+        async with await _existing_store(db) as store:
+            return await RunRecord.load(store, run_id)
+
+    try:
+        record = clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
+    if record is None:
+        fail(f"no run {run_id}")
+    return record
 
 
 @app.command()
@@ -573,17 +608,7 @@ def report(
     """Write a run's report: one HTML file with its timeline, queue waits, cores held and
     busy, task resource efficiency and failed attempts, that opens with no server or network."""
     pages = _html_pages()
-
-    async def main():
-        async with await _existing_store(db) as store:
-            return await RunRecord.load(store, run_id)
-
-    try:
-        record = clock.run(main(), virtual=False)
-    except StoreError as e:
-        fail(str(e))
-    if record is None:
-        fail(f"no run {run_id}")
+    record = _record(run_id, db)
     _write_page(out_file, pages.run_page(record))
     out.print(f"wrote {out_file}: run {run_id} of {record.run['workflow']}", highlight=False)
 
@@ -608,12 +633,7 @@ def _write_page(path: Path, page: str) -> None:
 
 def _state(run: dict) -> str:
     """A run's state as ``status`` says it: ``manager gone (last seen 2 h 5 min ago)``."""
-    state = runs.state(run)
-    if state is not runs.RunState.MANAGER_GONE:
-        return str(state)
-    seen = runs.last_seen(run)
-    ago = "" if seen is None else f" (last seen {human.duration(clock.wall() - seen)} ago)"
-    return f"{state}{ago}"
+    return state_text(runs.state(run), runs.last_seen(run), clock.wall())
 
 
 def _existing(db: Path | None) -> Path:
