@@ -24,7 +24,7 @@ from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
-from orchestrator import clock, human, runs
+from orchestrator import clock, human, runs, tasklogs
 from orchestrator import worker as agent
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
@@ -595,6 +595,91 @@ def _record(run_id: str, db: Path | None) -> RunRecord:
     if record is None:
         fail(f"no run {run_id}")
     return record
+
+
+@app.command()
+def logs(
+    run_id: Annotated[str, typer.Argument(help="A run (`leadtime status` lists them).")],
+    task: Annotated[
+        str | None, typer.Argument(help="A task, e.g. project.12 (default: list the attempts).")
+    ] = None,
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", min=1, help="Only this attempt of TASK.")
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Print each attempt's output as it ends, until the run ends."
+        ),
+    ] = False,
+    db: Db = None,
+) -> None:
+    """A task's stdout and stderr (their first and last bytes), why each attempt ended, its
+    peak against its allocation, and where a failed attempt's scratch directory was kept;
+    without TASK, every attempt of the run with its outcome and cause."""
+    if attempt is not None and task is None:
+        fail("--attempt needs a TASK")
+
+    async def main():
+        async with await _existing_store(db) as store:
+            run = await tasklogs.run_row(store, run_id)
+            if run is None:
+                fail(f"no run {run_id}")
+            rows = await tasklogs.attempts(store, run_id, task)
+            if task is not None and not rows:
+                if (why := await tasklogs.unknown(store, run_id, task)) is not None:
+                    fail(why)
+                if not follow:
+                    return _note(f"task {task} of run {run_id} has not started yet")
+            if attempt is not None and all(r["attempt"] != attempt for r in rows):
+                fail(f"task {task} has no attempt {attempt} (it has {len(rows)})")
+            if follow:
+                return await _follow(store, run, task, rows)
+            if task is None:
+                out.print(tasklogs.attempts_table(rows, run_id))
+                return None
+            chosen = [r for r in rows if attempt is None or r["attempt"] == attempt]
+            for log in await tasklogs.with_output(store, chosen):
+                _show_attempt(log, run["backend"])
+            return None
+
+    try:
+        clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
+
+
+async def _follow(store: Store, run: dict, task: str | None, rows: list[dict]) -> None:
+    """A task's attempts so far, then each one as it ends; for a whole run, only those that
+    end from now on (``leadtime logs RUN`` lists the others)."""
+    state = runs.state(run)
+    if state is not runs.RunState.RUNNING:
+        _note(f"run {run['run_id']} is not going ({_state(run)}): nothing to follow")
+    elif task is not None and not rows:
+        _note(f"task {task} has not started yet: its attempts show here as they end")
+    elif (note := tasklogs.running_note(rows)) is not None:
+        _note(note)
+    ended = [r for r in rows if r["outcome"] != "running"] if task is None else []
+    if ended and state is runs.RunState.RUNNING:
+        _note(f"{len(ended)} attempts ended before: `leadtime logs {run['run_id']}` lists them")
+    final = await tasklogs.follow(
+        store,
+        run["run_id"],
+        task,
+        lambda log: _show_attempt(log, run["backend"]),
+        seen=ended,
+    )
+    if state is runs.RunState.RUNNING:
+        _note(f"run {run['run_id']} {final}")
+
+
+def _note(text: str) -> None:
+    err.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
+def _show_attempt(log: tasklogs.AttemptLog, backend: str) -> None:
+    out.print(tasklogs.attempt_view(log, backend), soft_wrap=True, highlight=False)
+    out.print()
 
 
 @app.command()
