@@ -167,7 +167,9 @@ def _run_lines(status: Mapping[str, Any], now: float) -> Table:
         ("AWE", " · ".join(f"{r} {_share(v)}" for r, v in status["awe"].items())),
     ]
     if status.get("error"):
-        rows.append(("error", status["error"]))
+        first, *more = status["error"].splitlines()
+        hint = f" ({len(more)} more lines in --json; `leadtime logs` shows a task's output)"
+        rows.append(("error", first + (hint if more else "")))
     for name, value in rows:
         grid.add_row(name, Text(value))
     return grid

@@ -191,3 +191,20 @@ def test_status_lists_runs_with_one_line_each_and_as_json(demo):
 def test_status_of_no_such_run_is_a_one_line_error(demo):
     done = status(demo[0], "nope")
     assert done.exit_code == 2 and "no run nope" in done.output
+
+
+def test_a_failed_run_s_error_shows_its_first_line_and_json_all_of_it(tmp_path):
+    db = tmp_path / "store.db"
+    error = "task a.0: failed 2 times (exit code 1): [stdout]\nline 1\nline 2\n[stderr]\noops"
+
+    async def main():
+        async with await Store.open(db) as store:
+            await store.put("runs", {"run_id": "r2"}, workflow="w", backend="local",
+                            strategy="asa", sizer="select", seed=0, status="failed",
+                            created=clock.wall(), error=error)  # fmt: skip
+
+    clock.run(main(), virtual=False)
+    text = status(db, "r2").output
+    assert "task a.0: failed 2 times (exit code 1): [stdout] (4 more lines in --json" in text
+    assert "oops" not in text
+    assert json.loads(status(db, "r2", "--json").output)["error"] == error
