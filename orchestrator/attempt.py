@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
@@ -41,6 +42,25 @@ class AttemptSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Captured:
+    """What an attempt wrote to one of its output streams, kept bounded: its first and its
+    last bytes, and how many bytes between them were left out (a person reading a task's
+    output wants how it started and how it ended)."""
+
+    head: str = ""
+    tail: str = ""
+    """Its last bytes; when nothing was cut, what follows ``head``."""
+    cut: int = 0
+    """Bytes left out between ``head`` and ``tail``."""
+
+    def __bool__(self) -> bool:
+        return bool(self.head or self.tail or self.cut)
+
+    def as_json(self) -> dict[str, str | int]:
+        return {"head": self.head, "tail": self.tail, "cut": self.cut}
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptResult:
     """How an attempt ended and what it used (``peak.wall`` is its wall time)."""
 
@@ -53,7 +73,26 @@ class AttemptResult:
     memory_series: tuple[float, ...] | None = None
     sample_interval_s: float | None = None
     output_tail: str = ""
-    """Last lines of the task's stdout/stderr, reported when it did not succeed."""
+    """Why the worker stopped it (its ``[leadtime]`` lines) and the last lines of its stdout
+    and stderr, reported when it did not succeed."""
+    stdout: Captured = Captured()
+    stderr: Captured = Captured()
+    node: str = ""
+    """The host it ran on, where its scratch directory stayed."""
+    sandbox: str = ""
+    """Its scratch directory on ``node``, when it was kept after the attempt ended."""
+
+    def output(self) -> dict[str, Any] | None:
+        """Its output and where it ran, as the store keeps them; None when it has none (a
+        simulated attempt, or one that never started)."""
+        if not (self.stdout or self.stderr or self.node):
+            return None
+        return {
+            "stdout": self.stdout.as_json(),
+            "stderr": self.stderr.as_json(),
+            "node": self.node,
+            "sandbox": self.sandbox or None,
+        }
 
 
 def cause(result: AttemptResult, allocation: Resources) -> str | None:

@@ -24,15 +24,22 @@ from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
-from orchestrator import clock, human, runs
+from orchestrator import clock, human, runs, tasklogs
 from orchestrator import worker as agent
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
 from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
-from orchestrator.report import compare_tables, run_table, status_tables, strategies_table
+from orchestrator.report import (
+    compare_tables,
+    run_table,
+    state_text,
+    status_tables,
+    strategies_table,
+)
 from orchestrator.runrecord import RunRecord
+from orchestrator.runstatus import run_status
 from orchestrator.session import (
     BACKENDS,
     TRACES,
@@ -539,37 +546,150 @@ def demo(
 def status(
     run_id: Annotated[str | None, typer.Argument(help="A run (default: list the runs).")] = None,
     db: Db = None,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print all of it as JSON (times in seconds).")
+    ] = False,
 ) -> None:
-    """List the runs in the store, or show one."""
+    """List the runs in the store, or show one: what it ran and how it stands, its figures,
+    stages, pilots, and every attempt that did not succeed, with why."""
+    if run_id is not None:
+        status = run_status(_record(run_id, db))
+        if json_:
+            out.print_json(json.dumps(status))
+            return
+        for shown in status_tables(status, clock.wall()):
+            out.print(shown)
+        return
 
     async def main():
         async with await _existing_store(db) as store:
-            if run_id is None:
-                return await store.rows("runs", order="created"), [], []
-            where = {"run_id": run_id}
-            return (
-                await store.rows("runs", where),
-                await store.rows("stages", where),
-                await store.rows("attempts", where, order="start_t"),
-            )
+            return await store.rows("runs", order="created")
 
     try:
-        rows, stages, attempts = clock.run(main(), virtual=False)
+        rows = clock.run(main(), virtual=False)
     except StoreError as e:
         fail(str(e))
-    if run_id is not None and not rows:
-        fail(f"no run {run_id}")
-    if run_id is not None:
-        for table in status_tables(rows[0], stages, attempts, runs.state(rows[0])):
-            out.print(table)
+    if json_:
+        listed = [{k: r.get(k) for k in LISTED} | {"state": str(runs.state(r))} for r in rows]
+        out.print_json(json.dumps(listed))
         return
     for row in rows:
         out.print(
             f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
-            f"{_state(row):<34} {row.get('error') or ''}",
+            f"{_state(row):<34} {_first_line(row.get('error') or '')}",
             highlight=False,
             markup=False,
         )
+
+
+LISTED = ("run_id", "workflow", "backend", "strategy", "status", "created", "ended", "error")
+"""What ``status --json`` says of each run when it lists them."""
+
+
+def _first_line(text: str) -> str:
+    """A message's first line (a task's error goes on with its output's last lines)."""
+    return text.split("\n", 1)[0]
+
+
+def _record(run_id: str, db: Path | None) -> RunRecord:
+    """The run ``run_id`` as the store holds it; exit 2 when there is no such run."""
+
+    async def main():
+        async with await _existing_store(db) as store:
+            return await RunRecord.load(store, run_id)
+
+    try:
+        record = clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
+    if record is None:
+        fail(f"no run {run_id}")
+    return record
+
+
+@app.command()
+def logs(
+    run_id: Annotated[str, typer.Argument(help="A run (`leadtime status` lists them).")],
+    task: Annotated[
+        str | None, typer.Argument(help="A task, e.g. project.12 (default: list the attempts).")
+    ] = None,
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", min=1, help="Only this attempt of TASK.")
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Print each attempt's output as it ends, until the run ends."
+        ),
+    ] = False,
+    db: Db = None,
+) -> None:
+    """A task's stdout and stderr (their first and last bytes), why each attempt ended, its
+    peak against its allocation, and where a failed attempt's scratch directory was kept;
+    without TASK, every attempt of the run with its outcome and cause."""
+    if attempt is not None and task is None:
+        fail("--attempt needs a TASK")
+
+    async def main():
+        async with await _existing_store(db) as store:
+            run = await tasklogs.run_row(store, run_id)
+            if run is None:
+                fail(f"no run {run_id}")
+            rows = await tasklogs.attempts(store, run_id, task)
+            if task is not None and not rows:
+                if (why := await tasklogs.unknown(store, run_id, task)) is not None:
+                    fail(why)
+                if not follow:
+                    return _note(f"task {task} of run {run_id} has not started yet")
+            if attempt is not None and all(r["attempt"] != attempt for r in rows):
+                fail(f"task {task} has no attempt {attempt} (it has {len(rows)})")
+            if follow:
+                return await _follow(store, run, task, rows)
+            if task is None:
+                out.print(tasklogs.attempts_table(rows, run_id))
+                return None
+            chosen = [r for r in rows if attempt is None or r["attempt"] == attempt]
+            for log in await tasklogs.with_output(store, chosen):
+                _show_attempt(log, run["backend"])
+            return None
+
+    try:
+        clock.run(main(), virtual=False)
+    except StoreError as e:
+        fail(str(e))
+
+
+async def _follow(store: Store, run: dict, task: str | None, rows: list[dict]) -> None:
+    """A task's attempts so far, then each one as it ends; for a whole run, only those that
+    end from now on (``leadtime logs RUN`` lists the others)."""
+    state = runs.state(run)
+    if state is not runs.RunState.RUNNING:
+        _note(f"run {run['run_id']} is not going ({_state(run)}): nothing to follow")
+    elif task is not None and not rows:
+        _note(f"task {task} has not started yet: its attempts show here as they end")
+    elif (note := tasklogs.running_note(rows)) is not None:
+        _note(note)
+    ended = [r for r in rows if r["outcome"] != "running"] if task is None else []
+    if ended and state is runs.RunState.RUNNING:
+        _note(f"{len(ended)} attempts ended before: `leadtime logs {run['run_id']}` lists them")
+    final = await tasklogs.follow(
+        store,
+        run["run_id"],
+        task,
+        lambda log: _show_attempt(log, run["backend"]),
+        seen=ended,
+    )
+    if state is runs.RunState.RUNNING:
+        _note(f"run {run['run_id']} {final}")
+
+
+def _note(text: str) -> None:
+    err.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
+def _show_attempt(log: tasklogs.AttemptLog, backend: str) -> None:
+    out.print(tasklogs.attempt_view(log, backend), soft_wrap=True, highlight=False)
+    out.print()
 
 
 @app.command()
@@ -583,17 +703,7 @@ def report(
     """Write a run's report: one HTML file with its timeline, queue waits, cores held and
     busy, task resource efficiency and failed attempts, that opens with no server or network."""
     pages = _html_pages()
-
-    async def main():
-        async with await _existing_store(db) as store:
-            return await RunRecord.load(store, run_id)
-
-    try:
-        record = clock.run(main(), virtual=False)
-    except StoreError as e:
-        fail(str(e))
-    if record is None:
-        fail(f"no run {run_id}")
+    record = _record(run_id, db)
     _write_page(out_file, pages.run_page(record))
     out.print(f"wrote {out_file}: run {run_id} of {record.run['workflow']}", highlight=False)
 
@@ -618,12 +728,7 @@ def _write_page(path: Path, page: str) -> None:
 
 def _state(run: dict) -> str:
     """A run's state as ``status`` says it: ``manager gone (last seen 2 h 5 min ago)``."""
-    state = runs.state(run)
-    if state is not runs.RunState.MANAGER_GONE:
-        return str(state)
-    seen = runs.last_seen(run)
-    ago = "" if seen is None else f" (last seen {human.duration(clock.wall() - seen)} ago)"
-    return f"{state}{ago}"
+    return state_text(runs.state(run), runs.last_seen(run), clock.wall())
 
 
 def _existing(db: Path | None) -> Path:

@@ -2,12 +2,18 @@
 
 On a terminal, a rich live view of stages, pilots and the planner's last decisions; the engine
 calls it after each of its passes and it redraws at most ``max_hz`` times per *real* second,
-so a simulated day of events costs a handful of redraws, not one per event. Elsewhere (a pipe,
-a file, a batch job's output), a log: each decision once, as a line, when it is taken.
+so a simulated day of events costs a handful of redraws, not one per event. It shows each
+stage's progress, its attempts killed (by resource), failed and lost, and the size its tasks get
+now from the sizer; each pilot's predicted wait against the real one (so far, while it queues).
+Elsewhere (a pipe, a file, a batch job's output), a log: each decision once, as a line, when it
+is taken, and a stage's attempts that did not succeed, by cause, at a bounded rate.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console, Group
@@ -16,12 +22,15 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from backends.base import JobState
+from learners.resources import RESOURCES
 from orchestrator import clock
-from orchestrator.human import duration, offset
+from orchestrator.human import amounts, duration, megabytes, number, offset
+from orchestrator.planner import Phase
 from orchestrator.report import causes_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine import Engine
+    from orchestrator.engine import Engine, PilotRun
 
 PHASE_STYLE = {
     "waiting": "dim",
@@ -41,24 +50,39 @@ def render(engine: Engine) -> Group:
         f" · run {engine.run_id}",
     )
     stages = Table(title="stages", title_justify="left", expand=True, box=None)
-    for column in ("stage", "state", "tasks", "", "did not succeed", "ready", "start", "end"):
-        stages.add_column(
-            column, justify="right" if column in ("ready", "start", "end") else "left"
-        )
+    for column in ("stage", "state", "tasks", "", "killed", "failed", "lost", "ready", "start",
+                   "end"):  # fmt: skip
+        right = column in ("failed", "lost", "ready", "start", "end")
+        stages.add_column(column, justify="right" if right else "left", no_wrap=True)
+    sizes = Table(title="tasks sized now", title_justify="left", box=None)
+    for column in ("stage", *RESOURCES):
+        sizes.add_column(column, justify="left" if column == "stage" else "right")
     for name, s in engine.stages.items():
         total = len(s.tasks)
         stages.add_row(
             name,
             Text(str(s.phase), style=PHASE_STYLE[str(s.phase)]),
             f"{s.done}/{total}",
-            ProgressBar(total=max(total, 1), completed=s.done, width=30),
-            causes_text(s.causes),
+            ProgressBar(total=max(total, 1), completed=s.done, width=16),
+            Text(killed(s.causes), style="yellow"),
+            _count(s.causes["failed"]),
+            _count(s.causes["lost"]),
             offset(s.ready_t),
             offset(s.start_t),
             offset(s.end_t),
         )
+        if s.last_allocation is not None and s.phase in (Phase.READY, Phase.RUNNING):
+            size = s.last_allocation
+            sizes.add_row(
+                name,
+                number(size.cores),
+                megabytes(size.memory),
+                megabytes(size.disk),
+                duration(size.wall) if math.isfinite(size.wall) else "-",
+            )
     pilots = Table(title="pilots", title_justify="left", expand=True, box=None)
-    for column in ("pilot", "job", "cores", "state", "submitted", "predicted wait", "wait"):
+    for column in ("pilot", "job", "cores", "state", "submitted", "predicted wait", "waited",
+                   "prediction"):  # fmt: skip
         pilots.add_column(column)
     for p in engine.pilots.values():
         info = p.info
@@ -67,7 +91,6 @@ def render(engine: Engine) -> Group:
             state += f" ({info.reason})"
         if p.released and p.live:
             state += ", released"
-        wait = info.wait if info else None
         pilots.add_row(
             p.pilot_id,
             p.job_id or "",
@@ -75,10 +98,35 @@ def render(engine: Engine) -> Group:
             state,
             offset(p.submit_t),
             "" if p.predicted_wait is None else duration(p.predicted_wait),
-            "" if wait is None else duration(wait),
+            _waited(p),
+            {True: "hit", False: Text("over-predicted", style="yellow"), None: ""}[p.hit],
         )
     notes = Text("\n".join(_line(t, text) for t, text in list(engine.notes)[-6:]))
-    return Group(head, stages, pilots, Text("decisions", style="bold"), notes)
+    shown = [head, stages, *([sizes] if sizes.rows else []), pilots]
+    return Group(*shown, Text("decisions", style="bold"), notes)
+
+
+def killed(causes: Mapping[str, int]) -> str:
+    """A stage's attempts killed for going past their allocation, by resource: those that
+    neither failed nor were lost."""
+    return causes_text({k: n for k, n in causes.items() if k not in ("failed", "lost") and n})
+
+
+def _count(n: int) -> str:
+    return str(n) if n else ""
+
+
+def _waited(pilot: PilotRun) -> str:
+    """A pilot's queue wait: what it was once it started, what it is so far while it queues
+    for its cores (its dependency met)."""
+    info = pilot.info
+    if info is None or info.eligible_time is None:
+        return ""
+    if info.wait is not None:
+        return duration(info.wait)
+    if info.state is JobState.PENDING:
+        return f"{duration(clock.now() - info.eligible_time)} so far"
+    return ""
 
 
 def _line(t: float, text: str) -> str:
@@ -130,20 +178,45 @@ class Dashboard:
 
 
 class DecisionLog:
-    """Prints each decision of the engine once, as a line, when it is taken."""
+    """Prints each decision of the engine once, as a line, when it is taken; and, for a stage
+    whose attempts keep not succeeding, a line of its counts by cause and its tasks' size now,
+    at most once per ``every_s`` of the run's time (and once more at the end)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, every_s: float = 60.0) -> None:
         self._console = console
         self._printed = 0
+        self._every_s = every_s
+        self._told: dict[str, tuple[Counter[str], float]] = {}
+        """Per stage, the counts last told, and when."""
+        self._engine: Engine | None = None
+        self._now = 0.0
+        """The run's time at the engine's last pass."""
 
     def __enter__(self) -> DecisionLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._engine is not None:
+            self._trouble(self._engine, self._now, final=True)
         self._console.print()
 
     def __call__(self, engine: Engine) -> None:
+        self._engine, self._now = engine, engine.now()
         fresh = min(engine.notes_total - self._printed, len(engine.notes))
         for t, text in list(engine.notes)[len(engine.notes) - fresh :]:
-            self._console.print(_line(t, text), highlight=False, markup=False)
+            self._say(t, text)
         self._printed = engine.notes_total
+        self._trouble(engine, self._now)
+
+    def _trouble(self, engine: Engine, now: float, final: bool = False) -> None:
+        for name, stage in engine.stages.items():
+            told, when = self._told.get(name, (Counter(), -math.inf))
+            if stage.causes == told or (not final and now - when < self._every_s):
+                continue
+            self._told[name] = (Counter(stage.causes), now)
+            size = stage.last_allocation
+            sized = "" if size is None else f"; its tasks are sized {amounts(size.as_dict())}"
+            self._say(now, f"stage {name}: did not succeed: {causes_text(stage.causes)}{sized}")
+
+    def _say(self, t: float, text: str) -> None:
+        self._console.print(_line(t, text), highlight=False, markup=False)

@@ -912,6 +912,8 @@ class Engine:
             output_tail=result.output_tail or None,
             cause=why,
         )
+        if (output := result.output()) is not None:
+            self.store.stage("outputs", key, **output)
         task_run.allocation = None
         if result.outcome == Outcome.SUCCESS:
             task_run.state = "done"

@@ -19,11 +19,10 @@ from typing import Any
 from learners.resources import PACKED
 from orchestrator import plots
 from orchestrator.compare import Row, normalised
-from orchestrator.human import allocation, duration, offset, relative
+from orchestrator.human import duration, offset, relative, request, wall
 from orchestrator.report import causes_text
 from orchestrator.runrecord import CategoryUse, CoreUsage, RunRecord, category_use, failure_kind
 from orchestrator.summary import PilotFigures, StageFigures
-from workflows.spec import Allocation
 
 FAILED_ROWS = 25
 """Attempts that did not succeed listed one by one; more are counted (``status`` lists all)."""
@@ -110,9 +109,9 @@ def _lead(record: RunRecord) -> str:
     if run.get("scale") is not None:
         parts.append(f"scale {run['scale']}")
     if run.get("created"):
-        parts.append(f"started {_wall(run['created'])}")
+        parts.append(f"started {wall(run['created'])}")
     if run.get("ended"):
-        parts.append(f"ended {_wall(run['ended'])}")
+        parts.append(f"ended {wall(run['ended'])}")
     text = " · ".join(parts)
     if run["backend"] == "mock":
         text += (
@@ -127,10 +126,6 @@ def _lead(record: RunRecord) -> str:
     if run.get("source"):
         text += f"<br>Workflow file {escape(str(run['source']))}"
     return f'<p class="lead">{text}</p>'
-
-
-def _wall(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _cards(figures: Mapping[str, Any], usage: CoreUsage) -> str:
@@ -220,7 +215,7 @@ def _pilot_table(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
                 p.pilot_id,
                 jobs.get(p.pilot_id) or "-",
                 ", ".join(p.stages),
-                _request(requests.get(p.pilot_id, {})),
+                request(requests.get(p.pilot_id, {})),
                 p.state.lower(),
                 offset(p.submit_t),
                 offset(p.eligible_t),
@@ -251,20 +246,6 @@ def _cores(usage: CoreUsage) -> str:
         '<p class="note">Cores of the running pilots, and those allocated to running task '
         "attempts; the area between them is the core-hours the run held and did not use.</p>"
         + _figure(plots.cores(usage))
-    )
-
-
-def _request(request: Mapping[str, Any]) -> str:
-    if not request.get("cores"):
-        return "-"
-    return allocation(
-        Allocation(
-            cores=request["cores"],
-            nodes=request.get("nodes"),
-            memory_mb=request.get("memory_mb"),
-            time_limit_s=request.get("time_limit_s") or 0.0,
-            partition=request.get("partition"),
-        )
     )
 
 

@@ -6,7 +6,10 @@ Tables and messages show ``2 h 21 min`` where a person reads them; ``--json`` ke
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from datetime import datetime
 from itertools import pairwise
+from typing import Any
 
 from workflows.spec import Allocation
 
@@ -53,3 +56,56 @@ def allocation(a: Allocation) -> str:
     if a.partition:
         parts.append(f"partition {a.partition}")
     return ", ".join(parts)
+
+
+def request(pilot: Mapping[str, Any]) -> str:
+    """A pilot's request as the store keeps it, as :func:`allocation` says it; ``-`` for none."""
+    if not pilot.get("cores"):
+        return "-"
+    return allocation(
+        Allocation(
+            cores=pilot["cores"],
+            nodes=pilot.get("nodes"),
+            memory_mb=pilot.get("memory_mb"),
+            time_limit_s=pilot.get("time_limit_s") or 0.0,
+            partition=pilot.get("partition"),
+        )
+    )
+
+
+def number(value: float) -> str:
+    """An amount: whole above ten (``1,507``), to two decimals below (``0.5``, ``2.25``)."""
+    return f"{value:,.2f}".rstrip("0").rstrip(".") if abs(value) < 10 else f"{value:,.0f}"
+
+
+def megabytes(mb: float) -> str:
+    """A size given in MB, in the unit that keeps it short (1 GB = 1000 MB, as the sizes of
+    a workflow file): ``812 MB``, ``2.6 GB``, ``1.2 TB``."""
+    for unit, scale in (("TB", 1e6), ("GB", 1e3)):
+        if abs(mb) >= scale:
+            return f"{number(mb / scale)} {unit}"
+    return f"{number(mb)} MB"
+
+
+def amounts(values: Mapping[str, float | None]) -> str:
+    """A task's allocation or peak: ``2 cores, 1.5 GB, 120 MB disk, 10 min``; the resources
+    it has, in that order (wall time only when bounded)."""
+    parts = []
+    cores, memory, disk = (values.get(r) for r in ("cores", "memory", "disk"))
+    if cores is not None:
+        parts.append(f"{number(cores)} core" + ("s" if cores != 1 else ""))
+    if memory is not None:
+        parts.append(megabytes(memory))
+    if disk is not None:
+        parts.append(f"{megabytes(disk)} disk")
+    wall = values.get("wall")
+    if wall is not None and math.isfinite(wall):
+        parts.append(duration(wall))
+    return ", ".join(parts) or "-"
+
+
+def wall(epoch: float | None) -> str:
+    """A Unix time as local date and time: ``2025-11-03 14:02:11 CET``; ``-`` for None."""
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")

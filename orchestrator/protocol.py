@@ -37,14 +37,22 @@ manager -> worker     ``run``       {items: [[task_id, attempt, command,
 manager -> worker     ``cancel``    {items: [[task_id, attempt]]}
 worker -> manager     ``result``    {items: [[task_id, attempt, outcome, [c, m, d, wall],
                                               exit_code|nil, [resource, measured]|nil,
-                                              [memory MB...]|nil, interval s|nil, tail]]}
+                                              [memory MB...]|nil, interval s|nil, tail,
+                                              stdout, stderr, node, sandbox]]}
 manager -> worker     ``drain``     {} finish running tasks, take no more, leave
 manager -> worker     ``shutdown``  {} kill running tasks (reported lost), leave
 worker -> manager     ``draining``  {reason} takes no more tasks
 worker -> manager     ``bye``       {reason} leaving cleanly; the connection closes
 ====================  ============================================================
 
-Units are those of :mod:`learners.resources` (MB, seconds).
+``tail`` is the worker's word on an attempt that did not succeed (why it stopped it, the last
+lines of its output); ``stdout`` and ``stderr`` are ``[head, tail, cut]``: the stream's first
+bytes (at most :data:`OUTPUT_HEAD`) and last bytes (at most :data:`OUTPUT_TAIL`) as text, and
+the number of bytes between them left out, for every attempt; ``node`` is the host it ran on,
+``sandbox`` its scratch directory there if it was kept (else empty). Units are those of
+:mod:`learners.resources` (MB, seconds).
+
+Version 3 added ``stdout``, ``stderr``, ``node`` and ``sandbox`` to ``result``.
 """
 
 from __future__ import annotations
@@ -68,9 +76,9 @@ import msgpack
 from learners.resources import RESOURCES, Resources
 from learners.sizing.base import Exhaustion
 from orchestrator import clock
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 
-VERSION = 2
+VERSION = 3
 MAX_FRAME = 16 * 2**20
 """Largest frame accepted from an authenticated peer (bytes)."""
 HANDSHAKE_MAX_FRAME = 4096
@@ -83,6 +91,12 @@ MIN_SECRET_BYTES = 16
 MAX_ID = 256
 MAX_COMMAND = 2**20
 MAX_TAIL = 64 * 2**10
+OUTPUT_HEAD = 8 * 2**10
+"""The first bytes of an attempt's stdout (and of its stderr) its result carries."""
+OUTPUT_TAIL = 32 * 2**10
+"""The last bytes of an attempt's stdout (and of its stderr) its result carries."""
+MAX_STREAM_BYTES = 2**62
+"""The most bytes a result says were cut from a stream."""
 MAX_SERIES = 2**16
 MAX_PATH = 4096
 MAX_OUTPUTS = 1024
@@ -588,7 +602,24 @@ def result_item(r: AttemptResult) -> list:
         None if r.memory_series is None else list(r.memory_series),
         r.sample_interval_s,
         r.output_tail,
+        *([c.head, c.tail, c.cut] for c in (r.stdout, r.stderr)),
+        r.node,
+        r.sandbox,
     ]
+
+
+_output_head = _text(OUTPUT_HEAD)  # n bytes decode to at most n characters
+_output_tail = _text(OUTPUT_TAIL)
+_cut = _integer(0, MAX_STREAM_BYTES)
+
+
+def _captured(value: Any, name: str) -> Captured:
+    head, tail, cut = _array(value, name, 3)
+    return Captured(
+        _output_head(head, f"{name}.head"),
+        _output_tail(tail, f"{name}.tail"),
+        _cut(cut, f"{name}.cut"),
+    )
 
 
 _OUTCOMES = {o.value: o for o in Outcome}
@@ -598,9 +629,21 @@ def results(message: dict) -> list[AttemptResult]:
     """The results of a ``result`` message."""
     out = []
     for item in _items(message):
-        task_id, attempt, outcome, peak, exit_code, exhaustion, series, interval, tail = _array(
-            item, "result", 9
-        )
+        (
+            task_id,
+            attempt,
+            outcome,
+            peak,
+            exit_code,
+            exhaustion,
+            series,
+            interval,
+            tail,
+            stdout,
+            stderr,
+            node,
+            sandbox,
+        ) = _array(item, "result", 13)
         if not isinstance(outcome, str) or outcome not in _OUTCOMES:
             raise ProtocolError(f"unknown outcome {outcome!r}")
         if exhaustion is not None:
@@ -622,6 +665,10 @@ def results(message: dict) -> list[AttemptResult]:
                 memory_series=series,
                 sample_interval_s=_interval(interval, "sample_interval_s"),
                 output_tail=_tail(tail, "output_tail"),
+                stdout=_captured(stdout, "stdout"),
+                stderr=_captured(stderr, "stderr"),
+                node=_name(node, "node"),
+                sandbox=_path(sandbox, "sandbox"),
             )
         )
     return out

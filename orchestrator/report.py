@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from rich import box
+from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
+from orchestrator import human
 from orchestrator.compare import Row, normalised
 from orchestrator.human import duration, offset, relative
 from orchestrator.summary import RunSummary
@@ -119,61 +122,205 @@ def causes_text(causes: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(causes.items(), key=lambda kv: -kv[1]))
 
 
-StoreRow = Mapping[str, Any]
-"""A row of the store, as :meth:`Store.rows` gives it."""
+def state_text(state: str, seen: float | None, now: float) -> str:
+    """A run's state as ``status`` says it: ``manager gone (last seen 2 h 5 min ago)``."""
+    if state != "manager gone" or seen is None:
+        return state
+    return f"{state} (last seen {duration(now - seen)} ago)"
 
 
-def status_tables(
-    run: StoreRow, stages: Sequence[StoreRow], attempts: Sequence[StoreRow], state: str
-) -> list[Table]:
-    """One run from the store (``state``: its status, its manager's liveness included): its
-    stages, with their retries by cause, and every attempt that did not succeed, with why."""
-    head = Table(
-        title=f"run {run['run_id']} · {run['workflow']} · {run['strategy']} · {run['backend']}"
-        f" · {state}",
-        title_justify="left",
+def status_tables(status: Mapping[str, Any], now: float) -> list[RenderableType]:
+    """One run as ``status RUN`` shows it, from :func:`orchestrator.runstatus.run_status`
+    (``now``: Unix time): what it ran and how it stands, its figures, its stages (counts,
+    retries by cause, moments, waits), its pilots, and every attempt that did not succeed,
+    with why."""
+    shown = [_run_lines(status, now), _stage_counts(status), _stage_times(status)]
+    if status["pilots"]:
+        shown += [_pilot_table(status), _pilot_times(status)]
+    if status["did_not_succeed"]:
+        shown.append(_failed_table(status))
+    return shown
+
+
+def _run_lines(status: Mapping[str, Any], now: float) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.title = (
+        f"run {status['run_id']} · {status['workflow']} · {status['strategy']} · "
+        f"{status['backend']} · {status['state']}"
     )
-    for column in ("stage", "state", "tasks", "done", "attempts", "did not succeed"):
-        head.add_column(column, justify="left" if column in ("stage", "state") else "right")
-    by_stage: dict[str, list[StoreRow]] = {}
-    for a in attempts:
-        by_stage.setdefault(a["task_id"].rsplit(".", 1)[0], []).append(a)
-    for stage in stages:
-        mine = by_stage.get(stage["stage"], [])
-        kinds = Counter(
-            a["exhausted"] or a["outcome"]
-            for a in mine
-            if a["outcome"] not in ("success", "running")
+    grid.title_justify = "left"
+    grid.add_column(style="bold")
+    grid.add_column()
+    source = f" ({status['source']})" if status.get("source") else ""
+    cluster = f" on {status['cluster']}" if status.get("cluster") else ""
+    asked = [f"sizer {status['sizer']}", f"seed {status['seed']}"]
+    if status.get("scale") is not None:
+        asked.append(f"scale {status['scale']}")
+    rows = [
+        ("workflow", f"{status['workflow']}{source}"),
+        ("backend", f"{status['backend']}{cluster}"),
+        ("strategy", " · ".join([status["strategy"], *asked])),
+        ("started", human.wall(status.get("created"))),
+        ("ended", human.wall(status.get("ended"))),
+        ("state", _liveness(status, now)),
+        ("figures", _figures(status)),
+        ("AWE", " · ".join(f"{r} {_share(v)}" for r, v in status["awe"].items())),
+    ]
+    if status.get("error"):
+        first, *more = status["error"].splitlines()
+        hint = f" ({len(more)} more lines in --json; `leadtime logs` shows a task's output)"
+        rows.append(("error", first + (hint if more else "")))
+    for name, value in rows:
+        grid.add_row(name, Text(value))
+    return grid
+
+
+def _liveness(status: Mapping[str, Any], now: float) -> str:
+    state, seen, manager = status["state"], status.get("last_seen"), status.get("manager")
+    said = state_text(state, seen, now)
+    if state == "running" and manager:
+        heard = "" if seen is None else f", heard from {duration(now - seen)} ago"
+        said += f" (manager: process {manager['pid']} on {manager['host']}{heard})"
+    elif state == "manager gone":
+        run = status["run_id"]
+        said += f": `leadtime resume {run}` takes it up, `leadtime cancel {run}` ends it"
+    if not status["figures_recorded"]:
+        said += "; figures so far, from what the store holds"
+    return said
+
+
+def _figures(status: Mapping[str, Any]) -> str:
+    idle = status["idle_core_hours"]
+    held = status["core_hours"]
+    return (
+        f"makespan {duration(status['makespan_s'])} · TWT {duration(status['twt_s'])} · "
+        f"PWT {duration(status['pwt_s'])} · {held:,.2f} core-hours"
+        + (f" ({idle:,.2f} idle)" if held > 0 else "")
+        + f" · OH {status['oh_core_hours']:,.2f} core-hours · hit ratio "
+        + ("-" if status["hit_ratio"] is None else f"{status['hit_ratio']:.0%}")
+    )
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _table(title: str, columns: Sequence[str], left: Collection[str], caption: str = "") -> Table:
+    """A table of ``status``: columns not in ``left`` align right; ``caption`` says what they
+    mean."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        caption=caption or None,
+        caption_justify="left",
+    )
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    return table
+
+
+def _stage_counts(status: Mapping[str, Any]) -> Table:
+    table = _table(
+        "stages",
+        ("stage", "state", "tasks", "done", "failed", "running", "attempts", "lost",
+         "did not succeed"),
+        {"stage", "state", "did not succeed"},
+        caption=(
+            "failed: tasks that failed for good; lost: attempts whose worker went away; "
+            "did not succeed: attempts killed for a resource, failed or lost, retried while the "
+            "task had attempts left"
+        ),
+    )  # fmt: skip
+    for s in status["stages"]:
+        table.add_row(
+            s["name"],
+            str(s["state"] or "-"),
+            *(str(s[k]) for k in ("tasks", "done", "failed", "running", "attempts", "lost")),
+            causes_text(s["did_not_succeed"]) or "-",
         )
-        head.add_row(
-            stage["stage"],
-            str(stage["state"]),
-            str(stage["tasks_total"]),
-            str(stage["tasks_done"]),
-            str(len(mine)),
-            causes_text(kinds) or "-",
+    return table
+
+
+def _stage_times(status: Mapping[str, Any]) -> Table:
+    table = _table(
+        "stage moments and waits",
+        ("stage", "ready", "submitted", "started", "ended", "waited", "pilot",
+         "predicted wait", "real wait"),
+        {"stage", "pilot"},
+        caption=(
+            "moments from the run's start; waited: from ready to its first task starting; "
+            "predicted and real wait: of the stage's first pilot to start, in the queue from "
+            "eligible to start"
+        ),
+    )  # fmt: skip
+    for s in status["stages"]:
+        table.add_row(
+            s["name"],
+            *(offset(s[k]) for k in ("ready_s", "submit_s", "start_s", "end_s")),
+            duration(s["wait_s"]),
+            s["pilot"] or "-",
+            duration(s["predicted_wait_s"]),
+            duration(s["pilot_wait_s"]),
         )
-    if run.get("error"):
-        head.caption = f"error: {run['error']}"
-        head.caption_justify = "left"
-    failed = [a for a in attempts if _unsuccessful(a)]
-    if not failed:
-        return [head]
-    lost = Table(title="attempts that did not succeed", title_justify="left")
-    for column in ("task", "attempt", "outcome", "why", "worker", "pilot", "ended"):
-        lost.add_column(column, justify="right" if column in ("attempt", "ended") else "left")
-    for a in sorted(failed, key=lambda a: (a["end_t"] or 0.0, a["task_id"])):
-        lost.add_row(
+    return table
+
+
+def _pilot_table(status: Mapping[str, Any]) -> Table:
+    table = _table(
+        "pilots",
+        ("pilot", "job", "stages", "request", "state", "predicted wait", "real wait",
+         "prediction"),
+        {"pilot", "job", "stages", "request", "state", "prediction"},
+        caption=(
+            "real wait: in the queue, from eligible (its dependency met) to start; a prediction "
+            "hits unless it over-predicted the wait"
+        ),
+    )  # fmt: skip
+    for p in status["pilots"]:
+        state = str(p["state"] or "submitting").lower()
+        if p.get("reason") and state == "pending":
+            state += f" ({p['reason']})"
+        table.add_row(
+            p["pilot_id"],
+            p["job_id"] or "-",
+            ", ".join(p["stages"]),
+            human.request(p["request"]),
+            state,
+            duration(p["predicted_wait"]),
+            duration(p["wait_s"]),
+            {True: "hit", False: "over-predicted", None: "-"}[p["hit"]],
+        )
+    return table
+
+
+def _pilot_times(status: Mapping[str, Any]) -> Table:
+    table = _table(
+        "pilot moments", ("pilot", "submitted", "eligible", "started", "ended"), {"pilot"}
+    )
+    for p in status["pilots"]:
+        table.add_row(
+            p["pilot_id"], *(offset(p[k]) for k in ("submit_t", "eligible_t", "start_t", "end_t"))
+        )
+    return table
+
+
+def _failed_table(status: Mapping[str, Any]) -> Table:
+    table = _table(
+        "attempts that did not succeed",
+        ("task", "attempt", "outcome", "why", "worker", "pilot", "ended"),
+        {"task", "outcome", "why", "worker", "pilot"},
+        caption=f"`leadtime logs {status['run_id']} TASK` shows an attempt's output",
+    )
+    for a in status["did_not_succeed"]:
+        table.add_row(
             a["task_id"],
             str(a["attempt"]),
             str(a["outcome"]),
-            a.get("cause") or "-",
-            a.get("worker") or "",
-            a.get("pilot_id") or "",
-            offset(a["end_t"]),
+            a["cause"] or "-",
+            a["worker"] or "",
+            a["pilot_id"] or "",
+            offset(a["end_s"]),
         )
-    return [head, lost]
-
-
-def _unsuccessful(attempt: StoreRow) -> bool:
-    return attempt["outcome"] not in ("success", "running")
+    return table

@@ -1,7 +1,7 @@
 """The run store: every state change is written here before it is acted on.
 
 One SQLite file (aiosqlite, WAL, mode 0600) holds runs, stages, pilots,
-tasks, attempts, observed queue waits and learner state. Learner state is
+tasks, attempts, their output, observed queue waits and learner state. Learner state is
 keyed by name and shared by every run that uses the same file, so what one
 workflow learns about the queue serves the next.
 
@@ -96,6 +96,10 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cause",
         ),
     ),
+    "outputs": (  # apart from attempts: what reads every attempt reads none of their output
+        ("run_id", "task_id", "attempt"),
+        ("stdout", "stderr", "node", "sandbox"),
+    ),
     "waits": (
         ("run_id", "pilot_id"),
         ("geometry", "predicted", "observed", "hit", "t"),
@@ -103,7 +107,17 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "learners": (("name",), ("state", "updated")),
 }
 
-_JSON = {"options", "summary", "request", "allocation", "peak", "state", "manager"}
+_JSON = {
+    "options",
+    "summary",
+    "request",
+    "allocation",
+    "peak",
+    "state",
+    "manager",
+    "stdout",
+    "stderr",
+}
 
 
 def default_path() -> Path:
@@ -127,6 +141,8 @@ class Store:
         self._db = db
         self.path = path
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        self._absent: set[str] = set()
+        """Tables a store of an earlier version lacks, opened read-only: they have no rows."""
 
     @classmethod
     async def open(cls, path: str | Path | None = None, *, readonly: bool = False) -> Store:
@@ -148,7 +164,10 @@ class Store:
         db = await clock.held(aiosqlite.connect(uri, uri=True))
         store = cls(db, target)
         try:
-            if not readonly:
+            if readonly:
+                cursor = await store._exec("SELECT name FROM sqlite_master WHERE type='table'")
+                store._absent = set(TABLES) - {r[0] for r in await clock.held(cursor.fetchall())}
+            else:
                 await store._setup()
         except BaseException:
             await store.close()
@@ -216,21 +235,30 @@ class Store:
         await self.flush()
 
     async def rows(
-        self, table: str, where: Mapping[str, Any] | None = None, order: str | None = None
+        self,
+        table: str,
+        where: Mapping[str, Any] | None = None,
+        order: str | None = None,
+        since: Mapping[str, float] | None = None,
     ) -> list[dict[str, Any]]:
-        """Rows of ``table`` matching ``where`` (equality), decoded."""
+        """Rows of ``table`` matching ``where`` (equality) and ``since`` (column >= value),
+        decoded."""
         keys, cols = TABLES[table]
         where = where or {}
-        if not set(where) <= {*keys, *cols}:
-            raise ValueError(f"bad columns for {table}: {sorted(where)}")
+        since = since or {}
+        if not {*where, *since} <= {*keys, *cols}:
+            raise ValueError(f"bad columns for {table}: {sorted({*where, *since})}")
         sql = f"SELECT * FROM {table}"
-        if where:
-            sql += " WHERE " + " AND ".join(f"{k}=?" for k in where)
+        tests = [f"{k}=?" for k in where] + [f"{k}>=?" for k in since]
+        if tests:
+            sql += " WHERE " + " AND ".join(tests)
         if order:
             if order.removesuffix(" DESC") not in (*keys, *cols):
                 raise ValueError(f"bad order column for {table}: {order}")
             sql += f" ORDER BY {order}"
-        cursor = await self._exec(sql, where.values())
+        if table in self._absent:
+            return []
+        cursor = await self._exec(sql, [*where.values(), *since.values()])
         names = [d[0] for d in cursor.description]
         found = await clock.held(cursor.fetchall())
         return [{n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in found]

@@ -4,7 +4,8 @@ The command runs as ``/bin/sh -c COMMAND`` in the workflow's working directory (
 relative paths lead, as in a batch script), leading a new session (so the whole tree can be
 killed as one process group), pinned to the cores it was given. Each attempt has a private
 scratch directory, ``<root>/<task>.<attempt>/`` (``$LEADTIME_SCRATCH`` and ``$TMPDIR``), which
-holds its stdout and stderr and is removed when it ends (kept after a failure, by default).
+holds its stdout and stderr and is removed when it ends (kept after a failure, by default);
+the head and tail of both streams go back in its result, whatever its outcome.
 The :class:`~orchestrator.monitor.Monitor` watches it; when it breaks a limit the group gets
 SIGTERM, then SIGKILL after a grace. When it ends, whatever it started is killed, wherever it
 went (:mod:`orchestrator.lineage`, and its cgroup where there is one), and its declared outputs
@@ -20,6 +21,7 @@ shorter than the first sample gets.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import hashlib
 import logging
@@ -29,21 +31,22 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import weakref
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator import clock, footprint
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 from orchestrator.footprint import Footprint
 from orchestrator.lineage import ATTEMPT_TOKEN, WORKER_TOKEN, new_token
 from orchestrator.monitor import MB, MemoryCgroups, Monitor, high_water_rss
-from orchestrator.protocol import MAX_TAIL, SECRET_ENV
+from orchestrator.protocol import MAX_TAIL, OUTPUT_HEAD, OUTPUT_TAIL, SECRET_ENV
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,8 @@ class RunnerConfig:
     shell: str = "/bin/sh"
     worker_token: str = ""
     """Every task of this worker carries it (:mod:`orchestrator.lineage`)."""
+    node: str = field(default_factory=socket.gethostname)
+    """This host, where kept sandboxes stay."""
 
 
 _PARAMETER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -202,8 +207,12 @@ class Runner:
             memory_series=series[0] if series else None,
             sample_interval_s=series[1] if series else None,
             output_tail="" if outcome is Outcome.SUCCESS else self._tail(spec, sandbox, running),
+            stdout=capture(sandbox / STDOUT),
+            stderr=capture(sandbox / STDERR),
+            node=self.config.node,
         )
-        self._clean(sandbox, cgroup, success=outcome is Outcome.SUCCESS)
+        if self._clean(sandbox, cgroup, success=outcome is Outcome.SUCCESS):
+            result = replace(result, sandbox=str(sandbox))
         return result
 
     def stop(self, task_id: str, attempt: int, reason: str) -> bool:
@@ -355,9 +364,11 @@ class Runner:
         while self._removals:
             await asyncio.gather(*self._removals)
 
-    def _clean(self, sandbox: Path, cgroup: Path | None, *, success: bool) -> None:
+    def _clean(self, sandbox: Path, cgroup: Path | None, *, success: bool) -> bool:
+        """Remove the sandbox unless it is to be kept; whether it was kept."""
         keep = self.config.keep_sandboxes
-        if keep == "never" or (keep == "failure" and success):
+        kept = not (keep == "never" or (keep == "failure" and success))
+        if not kept:
             # Off the loop: removing a big sandbox (or any, on a slow disk) takes a while.
             removal = asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, sandbox, True)
             self._removals.add(removal)
@@ -366,6 +377,7 @@ class Runner:
             log.info("kept the sandbox %s", sandbox)
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.remove(cgroup)
+        return kept
 
     def _refused(self, spec: AttemptSpec, why: str) -> AttemptResult:
         """An attempt that could not start."""
@@ -386,6 +398,38 @@ def _plain(value: float) -> str:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def capture(path: Path, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> Captured:
+    """The first ``head`` and last ``tail`` bytes of the file at ``path`` as text, and how
+    many bytes between them were left out; all of it when it holds no more than both.
+
+    Where it is cut, the head ends and the tail starts on a whole line if the kept bytes hold
+    a line break, else on a whole character (text is UTF-8; anything else comes out as
+    U+FFFD); what that leaves out counts as cut.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            first = f.read(head)
+            if size > head + tail:
+                f.seek(-tail, os.SEEK_END)
+            last = f.read(tail)
+    except OSError:
+        return Captured()
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    if size <= len(first) + len(last):
+        return Captured(decoder.decode(first), decoder.decode(last, final=True), 0)
+    if b"\n" in first:
+        first = first[: first.rindex(b"\n") + 1]
+    start = decoder.decode(first)  # a character split at the end waits in the decoder
+    first = first[: len(first) - len(decoder.getstate()[0])]
+    line = last.find(b"\n")
+    if 0 <= line < len(last) - 1:
+        last = last[line + 1 :]
+    else:  # no line to start on: start on a character (skip UTF-8 continuation bytes)
+        last = last[next((i for i, b in enumerate(last[:4]) if b & 0xC0 != 0x80), 0) :]
+    return Captured(start, last.decode(errors="replace"), size - len(first) - len(last))
 
 
 def _last_lines(path: Path, lines: int, max_bytes: int = 8192) -> str:

@@ -23,6 +23,7 @@ COMMANDS = [
     ["demo"],
     ["status"],
     ["report"],
+    ["logs"],
     ["compare"],
     ["worker"],
     ["sizers"],

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator import protocol
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 from orchestrator.manager import Manager, host_address
 from orchestrator.protocol import (
     AuthError,
@@ -127,6 +127,10 @@ def test_results_round_trip():
             memory_series=(10.0, 300.0),
             sample_interval_s=1.0,
             output_tail="[leadtime] killed",
+            stdout=Captured("first lines\n", "last lines\n", 12_345_678),
+            stderr=Captured("all of it, ünïcode\n"),
+            node="node12",
+            sandbox="/scratch/leadtime-w/b.1",
         ),
         AttemptResult("c", 2, Outcome.LOST, Resources(wall=0.0)),
     ]
@@ -143,6 +147,12 @@ def test_results_round_trip():
         (6, [1.0, -2.0], "memory_series"),
         (4, 1.5, "exit_code"),
         (8, None, "output_tail"),
+        (9, ["x" * (protocol.OUTPUT_HEAD + 1), "", 0], "stdout.head"),
+        (9, ["", "x" * (protocol.OUTPUT_TAIL + 1), 0], "stdout.tail"),
+        (10, ["", "", -1], "stderr.cut"),
+        (10, ["", ""], "stderr"),
+        (11, None, "node"),
+        (12, "x" * (protocol.MAX_PATH + 1), "sandbox"),
     ],
 )
 def test_invalid_results_are_refused(index, value, error):

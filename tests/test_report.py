@@ -8,12 +8,13 @@ import re
 import sys
 
 import pytest
+from typer.testing import CliRunner
 
 import orchestrator
 from orchestrator import clock
-from orchestrator.cli import DEMO_MOCK
+from orchestrator.cli import DEMO_MOCK, app
 from orchestrator.htmlreport import run_page
-from orchestrator.human import duration
+from orchestrator.human import duration, offset
 from orchestrator.runrecord import CoreUsage, RunRecord, category_use
 from orchestrator.session import RunConfig, run_simulated
 from orchestrator.store import Store
@@ -79,6 +80,29 @@ def test_the_report_of_a_run_shows_every_stage_and_pilot_and_the_run_s_own_figur
     ):
         assert f'<div class="value">{shown} ' in page
     assert page.count("<svg") == 5  # timeline, waits, cores, efficiency, failed attempts
+
+
+def test_the_report_shows_the_numbers_status_json_gives(demo, demo_page):
+    db, summary, _ = demo
+    done = CliRunner().invoke(app, ["status", summary.run_id, "--json", "--db", str(db)])
+    assert done.exit_code == 0, done.output
+    shown = json.loads(done.output)
+    for key, value in _embedded(demo_page).items():
+        if key in ("stages", "pilots"):  # each entry grown with more of what the store holds
+            pairs = zip(shown[key], value, strict=True)
+            assert [{k: mine[k] for k in theirs} for mine, theirs in pairs] == value
+        else:
+            assert shown[key] == value, key
+    cells = _cells(demo_page)
+    for s in shown["stages"]:
+        row = cells[cells.index(s["name"]) :][:11]
+        assert row[2:5] == [str(s["tasks"]), str(s["done"]), str(s["attempts"])]
+        assert row[6:] == [offset(s["ready_s"]), offset(s["submit_s"]), offset(s["start_s"]),
+                           offset(s["end_s"]), duration(s["wait_s"])]  # fmt: skip
+    for p in shown["pilots"]:
+        row = cells[cells.index(p["pilot_id"]) :][:12]
+        assert row[1] == p["job_id"]
+        assert row[9:11] == [duration(p["predicted_wait"]), duration(p["wait_s"])]
 
 
 def test_the_report_is_one_file_that_loads_nothing(demo_page):

@@ -1,0 +1,261 @@
+"""What ``leadtime logs`` shows: a run's attempts, and what each one wrote.
+
+Every attempt's result brings back the head and the tail of its stdout and stderr, with the
+number of bytes cut between them (:class:`orchestrator.attempt.Captured`), the host it ran on
+and, when its scratch directory was kept, where; the store keeps them apart from the attempts'
+rows (its ``outputs`` table), so only this reads them. A running attempt's output is in its
+scratch directory on its node until it ends: this says so, and ``--follow`` prints each
+attempt's output as it ends, reading the store at most once every :data:`FOLLOW_POLL_S`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from learners.resources import RESOURCES
+from orchestrator import clock
+from orchestrator.attempt import Captured
+from orchestrator.human import duration, megabytes, number, offset
+from orchestrator.runrecord import StoreRow
+from orchestrator.runs import RunState, state
+from orchestrator.store import Store
+
+FOLLOW_POLL_S = 1.0
+"""``--follow`` reads the store at most this often."""
+OURS = "[leadtime] "
+"""How the worker's own lines in an attempt's output tail begin."""
+
+
+@dataclass(frozen=True)
+class AttemptLog:
+    """One attempt as the store holds it: its row, and its output's (None when it has none)."""
+
+    row: StoreRow
+    output: StoreRow | None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.row["task_id"], self.row["attempt"]
+
+
+async def run_row(store: Store, run_id: str) -> StoreRow | None:
+    found = await store.rows("runs", {"run_id": run_id})
+    return found[0] if found else None
+
+
+async def attempts(
+    store: Store, run_id: str, task_id: str | None = None, since: float | None = None
+) -> list[StoreRow]:
+    """The run's attempts (of ``task_id`` only, if given; those that ended at or after
+    ``since``, if given), in the order they started."""
+    where = {"run_id": run_id} | ({} if task_id is None else {"task_id": task_id})
+    return await store.rows(
+        "attempts", where, order="start_t", since=None if since is None else {"end_t": since}
+    )
+
+
+async def with_output(store: Store, rows: Sequence[StoreRow]) -> list[AttemptLog]:
+    """``rows`` with the output each attempt brought back."""
+    logs = []
+    for row in rows:
+        key = {k: row[k] for k in ("run_id", "task_id", "attempt")}
+        found = await store.rows("outputs", key)
+        logs.append(AttemptLog(row, found[0] if found else None))
+    return logs
+
+
+async def unknown(store: Store, run_id: str, task_id: str) -> str | None:
+    """Why the run has no task ``task_id``; None when it has (its attempts may not have
+    started yet)."""
+    stages = await store.rows("stages", {"run_id": run_id})
+    stage, _, index = task_id.rpartition(".")
+    for s in stages:
+        if s["stage"] == stage and index.isdigit() and int(index) < (s["tasks_total"] or 0):
+            return None
+    known = ", ".join(f"{s['stage']}.0 to .{(s['tasks_total'] or 1) - 1}" for s in stages)
+    return f"no task {task_id} in run {run_id}" + (f" (its tasks: {known})" if known else "")
+
+
+def attempts_table(rows: Sequence[StoreRow], run_id: str) -> Table:
+    """A run's tasks and their attempts, with each one's outcome and cause."""
+    table = Table(title=f"attempts of run {run_id}", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("task", "attempt", "outcome", "why", "worker", "started", "ended", "took"):
+        table.add_column(column, justify="right" if column in ("attempt", "took") else "left")
+    first = {t: i for i, t in enumerate(dict.fromkeys(r["task_id"] for r in rows))}
+    for r in sorted(rows, key=lambda r: (first[r["task_id"]], r["attempt"])):
+        took = None if r["end_t"] is None or r["start_t"] is None else r["end_t"] - r["start_t"]
+        table.add_row(
+            r["task_id"],
+            str(r["attempt"]),
+            str(r["outcome"]),
+            r.get("cause") or "",
+            r.get("worker") or "",
+            offset(r["start_t"]),
+            offset(r["end_t"]),
+            duration(took) if took is not None else "",
+        )
+    table.caption = f"`leadtime logs {run_id} TASK` shows a task's output"
+    table.caption_justify = "left"
+    return table
+
+
+def attempt_view(log: AttemptLog, backend: str) -> Group:
+    """One attempt: how it ended and why, its allocation against its peak, where its scratch
+    directory was kept, and its stdout and stderr (head, the bytes cut, tail)."""
+    row, output = log.row, log.output
+    ended = row["outcome"] != "running"
+    head = Text(f"{row['task_id']} · attempt {row['attempt']} · {row['outcome']}", style="bold")
+    lines: list[RenderableType] = [head]
+    where = [f"worker {row.get('worker') or '-'}", f"pilot {row.get('pilot_id') or '-'}"]
+    if output and output.get("node"):
+        where.append(f"node {output['node']}")
+    where.append(f"started {offset(row['start_t']) or '-'}")
+    if ended and row["end_t"] is not None and row["start_t"] is not None:
+        where.append(f"ended {offset(row['end_t'])} ({duration(row['end_t'] - row['start_t'])})")
+    lines.append(Text("  " + " · ".join(where)))
+    if not ended:
+        lines.append(
+            Text(
+                "  running: its stdout and stderr are in its scratch directory on its node "
+                "(leadtime.stdout and leadtime.stderr under $LEADTIME_SCRATCH) and come here "
+                "when it ends (--follow waits for them)"
+            )
+        )
+        return Group(*lines)
+    if row.get("exhausted"):
+        lines.append(Text("  " + _killed(row)))
+    elif row.get("cause"):
+        lines.append(Text(f"  why: {row['cause']}"))
+    lines.append(_resources(row))
+    for line in (row.get("output_tail") or "").splitlines():
+        said = line.removeprefix(OURS)
+        if said != line and not said.startswith("killed:"):  # a kill is said above
+            lines.append(Text(f"  the worker: {said}"))
+    if output and output.get("sandbox"):
+        lines.append(
+            Text(f"  scratch directory kept on {output['node']}: {output['sandbox']}", style="bold")
+        )
+    if output is None:
+        lines.append(Text("  " + _no_output(row, backend), style="dim"))
+        return Group(*lines)
+    for name in ("stdout", "stderr"):
+        lines += _stream(name, Captured(**(output.get(name) or {})))
+    return Group(*lines)
+
+
+def _killed(row: StoreRow) -> str:
+    resource, measured = row["exhausted"], row.get("measured")
+    allocated = (row.get("allocation") or {}).get(resource)
+    return (
+        f"killed: {resource} reached {_amount(resource, measured)}, over its allocation of "
+        f"{_amount(resource, allocated)}"
+    )
+
+
+def _resources(row: StoreRow) -> Table:
+    """Allocation and peak of each resource (the peak of a killed attempt: up to its kill)."""
+    allocation, peak = row.get("allocation") or {}, row.get("peak") or {}
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    table.add_column("  resource")
+    table.add_column("allocated", justify="right")
+    table.add_column("peak", justify="right")
+    table.add_column("")
+    for r in RESOURCES:
+        mark = "← killed" if r == row.get("exhausted") else ""
+        table.add_row(f"  {r}", _amount(r, allocation.get(r)), _amount(r, peak.get(r)), mark)
+    return table
+
+
+def _amount(resource: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if resource == "wall":
+        return "unbounded" if value == float("inf") else duration(value)
+    return number(value) if resource == "cores" else megabytes(value)
+
+
+def _no_output(row: StoreRow, backend: str) -> str:
+    if backend == "mock":
+        return "no output: tasks on the simulated cluster run no command"
+    if row["outcome"] == "lost":
+        return "no output came back: its worker went away before the attempt ended"
+    return "no output came back for this attempt"
+
+
+def _stream(name: str, captured: Captured) -> list[RenderableType]:
+    if not captured:
+        return [Text(f"{name}: empty", style="dim")]
+    if not captured.cut:
+        return [Text(f"{name}:", style="bold"), Text(literal(captured.head + captured.tail))]
+    return [
+        Text(f"{name}: its first and last bytes", style="bold"),
+        Text(literal(captured.head)),
+        Text(f"[... {captured.cut:,} bytes cut ...]", style="yellow"),
+        Text(literal(captured.tail)),
+    ]
+
+
+def literal(text: str) -> str:
+    """A task's output as text that cannot drive the terminal: control characters other than
+    newlines and tabs come out escaped (``\\x1b``), trailing newlines dropped."""
+    return "".join(c if c in "\n\t" or c.isprintable() else repr(c)[1:-1] for c in text).rstrip(
+        "\n"
+    )
+
+
+async def follow(
+    store: Store,
+    run_id: str,
+    task_id: str | None,
+    show: Callable[[AttemptLog], None],
+    poll_s: float = FOLLOW_POLL_S,
+    seen: Collection[StoreRow] = (),
+) -> RunState:
+    """Show each attempt of the run (of ``task_id``, if given) that ended, but those ``seen``,
+    then each one as it ends, until the run is no longer going; the state it is in then."""
+    shown = {(r["task_id"], r["attempt"]) for r in seen}
+    since = max((r["end_t"] for r in seen if r["end_t"] is not None), default=None)
+    while True:
+        run = await run_row(store, run_id)
+        assert run is not None
+        now = state(run)
+        ended = [
+            r
+            for r in await attempts(store, run_id, task_id, since=since)
+            if r["outcome"] != "running" and r["end_t"] is not None
+        ]
+        fresh = sorted(
+            (r for r in ended if (r["task_id"], r["attempt"]) not in shown),
+            key=lambda r: (r["end_t"], r["task_id"], r["attempt"]),
+        )
+        for log in await with_output(store, fresh):
+            show(log)
+            shown.add(log.key)
+        since = max((r["end_t"] for r in ended), default=since)
+        if now is not RunState.RUNNING:
+            return now
+        await clock.sleep(poll_s)
+
+
+def running_note(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """What ``--follow`` says of attempts still running when it starts."""
+    running = [r for r in rows if r["outcome"] == "running"]
+    if not running:
+        return None
+    if len(running) == 1:
+        r = running[0]
+        return (
+            f"{r['task_id']} attempt {r['attempt']} is running on worker {r.get('worker')}: "
+            "its output is on that node until it ends, and shows here then"
+        )
+    return (
+        f"{len(running)} attempts are running: their output is on their nodes until they end, "
+        "and shows here then"
+    )

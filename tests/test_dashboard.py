@@ -1,0 +1,135 @@
+"""The live view shows trouble: attempts killed, failed and lost per stage, the size the sizer
+gives each open stage's tasks now, pilots' predicted against real waits; off a terminal, the
+decision log says the same at a bounded rate."""
+
+import io
+import re
+from itertools import pairwise
+
+import pytest
+from rich.console import Console
+
+from orchestrator import clock
+from orchestrator.cli import DEMO_MOCK
+from orchestrator.dashboard import DecisionLog, killed, render
+from orchestrator.engine import Engine
+from orchestrator.human import duration, megabytes
+from orchestrator.session import RunConfig, execute
+from orchestrator.store import Store
+from workflows.spec import example, load
+
+
+def demo(observer) -> None:
+    async def main():
+        async with await Store.open(":memory:") as store:
+            config = RunConfig(strategy="asa", mock=DEMO_MOCK)
+            await execute(load(example("demo")), config, store, observer=observer)
+
+    clock.run(main(), virtual=True)
+
+
+def queued(engine: Engine) -> bool:
+    """Simulate's pilot queues for its cores, its dependency met."""
+    pilot = engine.pilots.get("simulate-1")
+    info = None if pilot is None else pilot.info
+    return info is not None and info.eligible_time is not None and info.start_time is None
+
+
+def killing(engine: Engine) -> bool:
+    """Simulate's tasks run, and some were killed for memory."""
+    return engine.stages["simulate"].causes["memory"] > 0
+
+
+@pytest.fixture(scope="module")
+def frames():
+    """A frame at each of the moments above (the first pass in each), and what the engine
+    held then."""
+    kept: list[tuple[str, dict]] = []
+    moments = [queued, killing]
+
+    def keep(engine: Engine) -> None:
+        if len(kept) == len(moments) or not moments[len(kept)](engine):
+            return
+        console = Console(width=130, record=True, file=io.StringIO())
+        console.print(render(engine))
+        simulate = engine.stages["simulate"]
+        pilot = engine.pilots["simulate-1"]
+        facts = {
+            "now": clock.now(),
+            "causes": dict(simulate.causes),
+            "size": simulate.last_allocation,
+            "eligible": pilot.info.eligible_time,
+            "wait": pilot.info.wait,
+            "predicted": pilot.predicted_wait,
+            "hit": pilot.hit,
+        }
+        kept.append((console.export_text(), facts))
+
+    demo(keep)
+    assert len(kept) == len(moments)
+    return kept
+
+
+def row(frame: str, first: str) -> str:
+    return next(line for line in frame.splitlines() if line.split()[:1] == [first])
+
+
+def test_a_queued_pilot_shows_its_predicted_wait_and_how_long_it_has_waited_so_far(frames):
+    frame, facts = frames[0]
+    assert facts["wait"] is None and facts["eligible"] is not None
+    pilot = row(frame, "simulate-1")
+    assert "pending" in pilot and duration(facts["predicted"]) in pilot
+    assert f"{duration(facts['now'] - facts['eligible'])} so far" in pilot
+
+
+def test_a_started_pilot_shows_its_real_wait_and_whether_the_prediction_hit(frames):
+    frame, facts = frames[1]
+    pilot = row(frame, "simulate-1")
+    assert "running" in pilot and duration(facts["wait"]) in pilot
+    assert ("hit" if facts["hit"] else "over-predicted") in pilot
+
+
+def test_a_stage_shows_its_kills_by_resource_and_the_size_its_tasks_get_now(frames):
+    frame, facts = frames[1]
+    assert facts["causes"].get("memory"), "the sizer learns memory by killing attempts"
+    stage = row(frame, "simulate")
+    assert killed(facts["causes"]) in stage and f"{facts['causes']['memory']} memory" in stage
+    sized = frame.split("tasks sized now", 1)[1].split("pilots", 1)[0]
+    size = facts["size"]
+    assert row(sized, "simulate").split() == ["simulate", "1", *megabytes(size.memory).split(),
+                                              *megabytes(size.disk).split(), "-"]  # fmt: skip
+    assert "fetch" not in sized  # done: its tasks get no size now
+
+
+def test_killed_counts_only_kills_by_resource():
+    assert killed({"memory": 3, "wall": 1, "lost": 2, "failed": 4}) == "3 memory, 1 wall"
+    assert killed({"lost": 2}) == ""
+
+
+def test_off_a_terminal_a_stage_s_trouble_is_logged_at_a_bounded_rate_and_once_at_the_end():
+    out = io.StringIO()
+    ends: list[Engine] = []
+    log = DecisionLog(Console(file=out, width=200), every_s=300)
+    with log:
+
+        def observe(engine):
+            log(engine)
+            ends[:] = [engine]
+
+        demo(observe)
+    lines = re.findall(r"^t\+(.+?)  stage simulate: did not succeed: (\d+) memory", out.getvalue(),
+                       re.M)  # fmt: skip
+    assert len(lines) >= 2
+    counts = [int(n) for _, n in lines]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts)  # only when it changes
+    assert counts[-1] == ends[0].stages["simulate"].causes["memory"]
+    seconds = [_seconds(t) for t, _ in lines]
+    gaps = [b - a for a, b in pairwise(seconds[:-1])]
+    assert all(gap >= 300 - 1 for gap in gaps)  # the last line is the end's, whenever it comes
+    assert "stage simulate: predicted wait" in out.getvalue()  # the decisions, as before
+
+
+def _seconds(text: str) -> float:
+    units = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+    parts = text.split()
+    return sum(float(n) * units[u] for n, u in zip(parts[::2], parts[1::2], strict=True))
