@@ -190,6 +190,8 @@ class Prediction:
     value: float
     index: int
     probability: float
+    observations: int = 0
+    """Waits of the geometry learned before this prediction: 0, and it is the prior's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +364,7 @@ class QueueWaitLearner:
         """The wait to plan ``geometry``'s next allocation with."""
         state = self._state(geometry)
         index = self._choose(state)
-        return Prediction(float(self.grid[index]), index, float(state.p[index]))
+        return Prediction(float(self.grid[index]), index, float(state.p[index]), state.observations)
 
     def observe(
         self, geometry: Geometry, wait: float, prediction: Prediction | None = None

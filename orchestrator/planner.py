@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
+from learners.queue_wait import Prediction
 from orchestrator.human import duration, offset
 from workflows.spec import Allocation
 
@@ -233,15 +234,15 @@ class Asa(_StageAllocations):
             wait, prediction = self._prediction(view, now)
             actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
             notes.append(
-                f"stage {view.name}: predicted wait {duration(wait)}, submitting now"
+                f"stage {view.name}: {_wait_words(wait, prediction)}, submitting now"
                 + (" after " + ", ".join(after) if after else "")
             )
             self._predictions.pop(view.name, None)
         for name, at in due.items():
             if now < at - DUE:
-                wait = self._prediction(stages[name], now)[0]
+                wait, prediction = self._prediction(stages[name], now)
                 notes.append(
-                    f"stage {name}: predicted wait {duration(wait)}, submitting at {offset(at)}"
+                    f"stage {name}: {_wait_words(wait, prediction)}, submitting at {offset(at)}"
                 )
         return Plan(
             tuple(actions), min((w for w in wake if w > now + DUE), default=None), tuple(notes)
@@ -290,6 +291,13 @@ class Asa(_StageAllocations):
                 for v in views:
                     self._predictions[v.name] = (pilot.wait or 0.0, None)
         return cancels
+
+
+def _wait_words(wait: float, prediction: Any) -> str:
+    """The wait a stage is planned with, in words: learned, or the prior's guess."""
+    if isinstance(prediction, Prediction) and prediction.observations == 0:
+        return f"no wait learned yet for its geometry here (planning with {duration(wait)})"
+    return f"predicted wait {duration(wait)}"
 
 
 def _pulled_forward(due: Mapping[str, float], stages: Mapping[str, StageView]) -> dict[str, float]:

@@ -126,7 +126,7 @@ def test_off_a_terminal_a_stage_s_trouble_is_logged_at_a_bounded_rate_and_once_a
     seconds = [_seconds(t) for t, _ in lines]
     gaps = [b - a for a, b in pairwise(seconds[:-1])]
     assert all(gap >= 300 - 1 for gap in gaps)  # the last line is the end's, whenever it comes
-    assert "stage simulate: predicted wait" in out.getvalue()  # the decisions, as before
+    assert "stage simulate: no wait learned yet" in out.getvalue()  # the decisions, as before
 
 
 def _seconds(text: str) -> float:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from learners.queue_wait import Alternative
+from learners.queue_wait import Alternative, Prediction
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import (
     Asa,
@@ -67,6 +67,22 @@ def test_asa_submits_at_forecast_end_minus_the_predicted_wait_with_a_dependency(
     assert "stage s1: predicted wait 5 min, submitting at t+11 min 40 s" in early.notes
     (submit,) = submits(asa.decide(700.0, stages, pilots))
     assert submit.after == ("s0-0",) and submit.predicted_wait == 300 and submit.prediction == "p"
+
+
+@pytest.mark.parametrize("seen", [0, 3])
+def test_a_wait_nothing_was_learned_of_is_said_to_be_the_priors(seen):
+    prediction = Prediction(50000.0, 9, 0.1, observations=seen)
+    asa = Asa(lambda allocation: (50000.0, prediction))
+    stages = chain(Phase.RUNNING, Phase.WAITING, ends=[100.0, 200.0])
+    plan = asa.decide(0.0, stages, [PilotView("s0-0", ("s0",), True, True)])
+    (note,) = [n for n in plan.notes if n.startswith("stage s1")]
+    if seen:
+        assert note == "stage s1: predicted wait 13 h 53 min, submitting now after s0-0"
+    else:
+        assert note == (
+            "stage s1: no wait learned yet for its geometry here (planning with 13 h 53 min), "
+            "submitting now after s0-0"
+        )
 
 
 def test_a_stage_is_pulled_forward_by_the_stages_after_it():
