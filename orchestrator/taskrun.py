@@ -218,8 +218,8 @@ class Runner:
     def stop(self, task_id: str, attempt: int, reason: str) -> bool:
         """Kill a running attempt; its :meth:`run` returns LOST with ``reason``."""
         running = self._running.get((task_id, attempt))
-        if running is None:
-            return False
+        if running is None or _has_exited(running):
+            return False  # it ended by itself first: its own outcome stands
         if running.exhaustion is None:  # a broken limit, found first, stays the cause
             running.lost = running.lost or reason
         self._terminate(running)
@@ -510,6 +510,16 @@ class _Reaper:
             future.set_exception(exception)
         else:
             future.set_result(result)
+
+
+def _has_exited(running: _Running) -> bool:
+    """Whether the attempt's leader has exited, reaped or not yet (its exit still unread)."""
+    if running.exited.done():
+        return True
+    try:
+        return os.waitid(os.P_PID, running.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped meanwhile
+        return True
 
 
 def _pidfd_works() -> bool:

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import math
+import os
 import shlex
 import sys
 
@@ -170,6 +171,30 @@ async def test_a_task_ignoring_sigterm_is_killed_after_the_grace(runner):
     assert result.outcome is Outcome.EXHAUSTED
     assert result.exit_code == -9
     assert result.peak.wall < 2
+
+
+async def test_an_attempt_that_ended_before_it_was_stopped_keeps_its_outcome(runner):
+    """A stop (a worker shutting down) that comes after the task exited, before the worker
+    read its exit, must not turn a finished task into a lost one: it would run twice."""
+    done = asyncio.create_task(runner.run(AttemptSpec("quick", 0, "true", Resources(1, 100, 10))))
+    while not runner.running:
+        await asyncio.sleep(0.001)
+    [running] = runner._running.values()
+    os.waitid(os.P_PID, running.pid, os.WEXITED | os.WNOWAIT)  # exited; the loop has not seen it
+    assert not runner.stop("quick", 0, "worker shut down")
+    result = await done
+    assert result.outcome is Outcome.SUCCESS and result.exit_code == 0
+
+
+async def test_stopping_a_running_attempt_reports_it_lost(runner):
+    done = asyncio.create_task(
+        runner.run(AttemptSpec("slow", 0, "sleep 30", Resources(1, 100, 10)))
+    )
+    while not runner.running:
+        await asyncio.sleep(0.001)
+    assert runner.stop("slow", 0, "worker shut down")
+    result = await done
+    assert result.outcome is Outcome.LOST and "worker shut down" in result.output_tail
 
 
 async def test_peaks_match_what_the_task_did(runner, tmp_path):
