@@ -215,8 +215,10 @@ class DecisionLog:
                 continue
             self._told[name] = (Counter(stage.causes), now)
             size = stage.last_allocation
-            sized = "" if size is None else f"; its tasks are sized {amounts(size.as_dict())}"
-            self._say(now, f"stage {name}: did not succeed: {causes_text(stage.causes)}{sized}")
+            sized = "" if size is None else f"; its tasks are now sized {amounts(size.as_dict())}"
+            n = sum(stage.causes.values())
+            attempts = f"{n} attempt{'s' if n != 1 else ''} did not succeed so far"
+            self._say(now, f"stage {name}: {attempts} ({causes_text(stage.causes)}){sized}")
 
     def _say(self, t: float, text: str) -> None:
         self._console.print(_line(t, text), highlight=False, markup=False)

@@ -117,13 +117,14 @@ def test_off_a_terminal_a_stage_s_trouble_is_logged_at_a_bounded_rate_and_once_a
             ends[:] = [engine]
 
         demo(observe)
-    lines = re.findall(r"^t\+(.+?)  stage simulate: did not succeed: (\d+) memory", out.getvalue(),
-                       re.M)  # fmt: skip
+    told = r"^t\+(.+?)  stage simulate: (\d+) attempts? did not succeed so far \((\d+) memory"
+    lines = re.findall(told, out.getvalue(), re.M)
     assert len(lines) >= 2
-    counts = [int(n) for _, n in lines]
+    assert all(total == memory for _, total, memory in lines)  # all of them killed for memory
+    counts = [int(n) for _, n, _ in lines]
     assert counts == sorted(counts) and len(set(counts)) == len(counts)  # only when it changes
     assert counts[-1] == ends[0].stages["simulate"].causes["memory"]
-    seconds = [_seconds(t) for t, _ in lines]
+    seconds = [_seconds(t) for t, _, _ in lines]
     gaps = [b - a for a, b in pairwise(seconds[:-1])]
     assert all(gap >= 300 - 1 for gap in gaps)  # the last line is the end's, whenever it comes
     assert "stage simulate: no wait learned yet" in out.getvalue()  # the decisions, as before
