@@ -104,7 +104,7 @@ def _lead(record: RunRecord) -> str:
         f'<span class="state-{escape(status)}"><b>{escape(status)}</b></span>',
         f"backend {escape(str(run['backend']))}",
         f"sizer {escape(str(run['sizer']))}",
-        f"seed {run['seed']}",
+        f"random seed: {run['seed']}",
     ]
     if run.get("scale") is not None:
         parts.append(f"scale {run['scale']}")

@@ -153,7 +153,7 @@ def _run_lines(status: Mapping[str, Any], now: float) -> Table:
     grid.add_column()
     source = f" ({status['source']})" if status.get("source") else ""
     cluster = f" on {status['cluster']}" if status.get("cluster") else ""
-    asked = [f"sizer {status['sizer']}", f"seed {status['seed']}"]
+    asked = [f"sizer {status['sizer']}", f"random seed: {status['seed']}"]
     if status.get("scale") is not None:
         asked.append(f"scale {status['scale']}")
     rows = [

@@ -1,4 +1,5 @@
-"""The shipped examples load at every scale and keep the shapes and timings of seed 004."""
+"""The shipped examples load at every scale and keep the shapes and timings of the ASA paper
+(Souza et al.)."""
 
 from importlib import resources
 
@@ -9,7 +10,7 @@ from workflows.spec import EXAMPLES, SpecError, Stage, Workflow, example, load, 
 
 SCALES = (28, 56, 112)
 
-# Table 1 of seed 004 (HPC2N), makespan - TWT, averaged over Big Job and Per-Stage, in seconds;
+# Table 1 of the ASA paper (HPC2N), makespan - TWT, averaged over Big Job and Per-Stage, in seconds;
 # the examples' simulated execution times must be of that order (within 20%).
 TABLE_1 = {
     "montage": {28: 1144, 56: 1062, 112: 1070},

@@ -153,8 +153,9 @@ def test_non_phased_shapes_ignore_the_position():
     assert d.sample(np.random.default_rng(1), position=0.9) == d.sample(np.random.default_rng(1))
 
 
-def test_seed_000_synthetic_workflows_are_reproduced(data):
-    """The documented parameters match the memory peaks of seed 000's own synthetic tasks."""
+def test_the_bucketing_papers_synthetic_workflows_are_reproduced(data):
+    """The documented parameters match the memory peaks of the synthetic tasks of Phung & Thain
+    (IPDPS 2024)."""
     shapes = {
         "normal": "normal(8000, 1000)",
         "uniform": "uniform(6000, 10000)",
