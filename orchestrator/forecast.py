@@ -11,6 +11,7 @@ that has already run long is expected to run longer, not to end at once.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 class Durations:
@@ -56,14 +57,16 @@ class Durations:
             return float(self._suffix[0]) / self._n
         return self.prior
 
-    def remaining(self, elapsed: float) -> float | None:
-        """Expected time left for a task that has run ``elapsed`` seconds."""
+    def remaining(self, elapsed: ArrayLike) -> np.ndarray | None:
+        """Expected time left for tasks that have run ``elapsed`` seconds (one or many at once:
+        a stage asks for all its running tasks on every pass)."""
+        elapsed = np.asarray(elapsed, dtype=float)
         n = self._n
         if not n:
-            return None if self.prior is None else max(self.prior - elapsed, 0.0)
-        i = int(self._values[:n].searchsorted(elapsed, side="right"))
+            return None if self.prior is None else np.maximum(self.prior - elapsed, 0.0)
+        i = self._values[:n].searchsorted(elapsed, side="right")
         longer = n - i
-        return float(self._suffix[i]) / longer - elapsed if longer else 0.0
+        return np.where(longer > 0, self._suffix[i] / np.maximum(longer, 1) - elapsed, 0.0)
 
 
 def forecast_end(
@@ -83,9 +86,10 @@ def forecast_end(
         return None
     if queued == 0 and not running_elapsed:
         return now
-    free = sorted(durations.remaining(e) or 0.0 for e in running_elapsed)
-    slots = max(slots, len(free), 1 if queued else 0)
-    free = [0.0] * (slots - len(free)) + free  # idle slots first: in order of freeing up
+    left = durations.remaining(running_elapsed)
+    assert left is not None  # a mean is known
+    slots = max(slots, len(left), 1 if queued else 0)
+    free = np.zeros(slots)  # idle slots first, then the running ones in order of freeing up
+    free[slots - len(left) :] = np.sort(left)
     base, extra = divmod(queued, slots)
-    end = max(f + (base + (1 if i < extra else 0)) * mean for i, f in enumerate(free))
-    return now + end
+    return now + float(np.max(free + (base + (np.arange(slots) < extra)) * mean))
