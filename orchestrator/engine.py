@@ -1051,6 +1051,8 @@ class Engine:
         await self._settle()
         for task in self._inflight:
             task.cancel()
+        if self.sizing is not None:
+            await self.sizing.save(self.store, final=True)
         if self._end_t is None:
             self._end_t = self.now()
         summary = self.summary()

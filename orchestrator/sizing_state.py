@@ -8,8 +8,10 @@ state as plain data (``state()`` / ``restore()``); this module only moves it.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from learners.resources import Resources
@@ -28,14 +30,23 @@ class Remembering(Protocol):
 
 @dataclass
 class SizingState:
-    """Loads a workflow's sizer state into a sizer, and saves it when it changed."""
+    """Loads a workflow's sizer state into a sizer, and saves it when it changed.
+
+    The state grows with what the sizer has seen, so it is saved at most every ``every_s``
+    seconds of wall time (and once more when the run ends): a crash loses at most that much
+    learning, never a task.
+    """
 
     sizer: Remembering
     name: str
     saved: dict[str, Any] | None = None
+    every_s: float = 2.0
+    _due: float = field(default=-math.inf, repr=False)
 
     @classmethod
-    async def load(cls, store: Store, workflow: str, sizer: object) -> SizingState | None:
+    async def load(
+        cls, store: Store, workflow: str, sizer: object, every_s: float = 2.0
+    ) -> SizingState | None:
         """The state of ``workflow`` restored into ``sizer`` (None: a sizer without state)."""
         if not isinstance(sizer, Remembering):
             return None
@@ -43,9 +54,13 @@ class SizingState:
         state = await store.load_learner(name)
         if state is not None:
             sizer.restore(state)
-        return cls(sizer, name, sizer.state())
+        return cls(sizer, name, sizer.state(), every_s)
 
-    async def save(self, store: Store) -> None:
+    async def save(self, store: Store, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if now < self._due and not final:
+            return
+        self._due = now + self.every_s
         state = self.sizer.state()
         if state != self.saved:
             await store.save_learner(self.name, state)

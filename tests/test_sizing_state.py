@@ -66,6 +66,27 @@ def test_the_store_carries_the_state_to_the_next_run_of_the_workflow():
     assert other.allocate(task) == Resources(16, 64000, 64000)  # nothing known: a whole worker
 
 
+def test_the_state_is_saved_at_most_every_interval_and_when_the_run_ends():
+    async def main():
+        async with await Store.open(":memory:") as store:
+            sizer = make_sizer("select", worker=WORKER)
+            state = await SizingState.load(store, "wf", sizer, every_s=3600)
+            assert state is not None
+            counts = []
+
+            async def kept() -> int:
+                return len((await store.load_learner(store_name("wf")))["categories"]["align"])
+
+            for r in records(3):
+                sizer.observe(r)
+                await state.save(store)  # the first: saved; the next two: not yet due
+                counts.append(await kept())
+            await state.save(store, final=True)
+            return [*counts, await kept()]
+
+    assert clock.run(main(), virtual=False) == [1, 1, 1, 3]
+
+
 def test_a_task_share_is_the_stage_allocation_over_its_tasks():
     workflow = loads(
         """
