@@ -12,6 +12,8 @@ leaves the store consistent with what was done.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
@@ -33,6 +35,9 @@ from orchestrator.sizing_state import SizingState
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
 from workflows.spec import Allocation, Stage, Task, Workflow
+
+GROUP_COMMIT_S = 0.05
+"""At most this much of a simulated run's bookkeeping waits to be written."""
 
 
 class Refused(SubmitError):
@@ -208,6 +213,8 @@ class Engine:
         self._record = record or {}
         self._restored: list[PilotRun] | None = None
         """Pilots to take over before the loop starts, for a resumed run."""
+        self._commit_due = -math.inf
+        """When a simulated run's store is written next (see :meth:`_write_ahead`)."""
         self._expected: dict[str, list[AttemptSpec]] = {}
         """Attempts of a resumed run still running on their workers, by worker id."""
 
@@ -444,7 +451,7 @@ class Engine:
                 self._note(note)
         self._standing = frozenset(plan.notes)
         if plan.actions:  # written before submitting; anything else goes with the placements
-            await self.store.flush()
+            await self._write_ahead()
         if self.learner is not None:
             await self.learner.save(self.store)
         if self.sizing is not None:
@@ -456,11 +463,23 @@ class Engine:
                 await self._cancel(action)
         await self._release_finished_pilots()
         starts = self._place()
-        await self.store.flush()
+        await self._write_ahead()
         for worker, spec in starts:
             self._launch(worker, spec)
         if self.observer is not None:
             self.observer(self)
+
+    async def _write_ahead(self) -> None:
+        """Put in the store what the engine is about to act on, so that a manager that dies
+        leaves a record of every pilot submitted and attempt placed. A simulated world dies
+        with its manager (its runs are not resumed), so there the store is written at most
+        every ``GROUP_COMMIT_S`` of wall time, many passes in one transaction."""
+        if self.backend.simulated:
+            now = time.monotonic()
+            if now < self._commit_due:
+                return
+            self._commit_due = now + GROUP_COMMIT_S
+        await self.store.flush()
 
     async def _next_events(self) -> list[tuple[str, Any]]:
         timeout = None if self._wake is None else max(0.0, self._wake - clock.now())
