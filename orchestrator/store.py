@@ -17,7 +17,6 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +139,8 @@ class Store:
     def __init__(self, db: aiosqlite.Connection, path: Path | None) -> None:
         self._db = db
         self.path = path
-        self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        self._pending: dict[tuple[str, tuple[Any, ...]], dict[str, Any]] = {}
+        """Changes not yet written: each row's fields (encoded), by table and key."""
         self._absent: set[str] = set()
         """Tables a store of an earlier version lacks, opened read-only: they have no rows."""
 
@@ -214,19 +214,27 @@ class Store:
         await clock.held(self._db.commit())
 
     def stage(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:
-        """Queue an upsert of one row; :meth:`flush` writes the queue in one transaction."""
-        sql = _upsert_sql(table, tuple(key), tuple(fields))
-        values = (*(key[k] for k in TABLES[table][0]), *(_encode(n, v) for n, v in fields.items()))
-        self._pending.append((sql, values))
+        """Queue an upsert of one row; :meth:`flush` writes the queue in one transaction.
+
+        Changes to one row merge (the later value of a field wins), so a row changed on
+        every pass is written once per flush, and rows of one shape go in one statement.
+        """
+        _upsert_sql(table, tuple(key), tuple(fields))  # checks the columns here, not at the flush
+        row = (table, tuple(key[k] for k in TABLES[table][0]))
+        self._pending.setdefault(row, {}).update((n, _encode(n, v)) for n, v in fields.items())
 
     async def flush(self) -> None:
         """Write every queued change in one transaction: the write-ahead step before acting."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
+        pending, self._pending = self._pending, {}
+        statements: dict[str, list[tuple[Any, ...]]] = {}
+        for (table, key), fields in pending.items():
+            sql = _upsert_sql(table, TABLES[table][0], tuple(fields))
+            statements.setdefault(sql, []).append((*key, *fields.values()))
         async with clock.hold():
-            for sql, group in groupby(pending, key=lambda p: p[0]):
-                await self._db.executemany(sql, [values for _, values in group])
+            for sql, rows in statements.items():
+                await self._db.executemany(sql, rows)
             await self._db.commit()
 
     async def put(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:

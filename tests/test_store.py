@@ -1,0 +1,49 @@
+"""The store writes what was staged, as staged: changes to one row merge (the later value of a
+field wins), rows of every table and shape land in one flush, nothing before it."""
+
+import pytest
+
+from orchestrator import clock
+from orchestrator.store import Store
+
+
+def test_a_flush_writes_each_row_as_its_changes_left_it():
+    async def main():
+        async with await Store.open(":memory:") as store:
+            store.stage("stages", {"run_id": "r", "stage": "a"}, state="ready", tasks_total=3)
+            store.stage("stages", {"stage": "b", "run_id": "r"}, state="ready")
+            store.stage("stages", {"run_id": "r", "stage": "a"}, state="running", start_t=5.0)
+            store.stage("runs", {"run_id": "r"}, status="running", summary={"tasks": [1, 2]})
+            store.stage("stages", {"run_id": "r", "stage": "a"}, state="done")
+            before = await store.rows("stages")
+            await store.flush()
+            return before, await store.rows("stages", order="stage"), await store.rows("runs")
+
+    before, stages, runs = clock.run(main(), virtual=False)
+    assert before == []  # nothing is written before the flush
+    a, b = ((s["stage"], s["state"], s["tasks_total"], s["start_t"]) for s in stages)
+    assert a == ("a", "done", 3, 5.0) and b == ("b", "ready", None, None)
+    assert runs[0]["status"] == "running" and runs[0]["summary"] == {"tasks": [1, 2]}
+
+
+def test_a_change_to_a_column_a_table_lacks_is_refused_when_staged():
+    async def main():
+        async with await Store.open(":memory:") as store:
+            with pytest.raises(ValueError, match="bad columns for stages"):
+                store.stage("stages", {"run_id": "r", "stage": "a"}, colour="blue")
+            with pytest.raises(ValueError, match="bad columns for stages"):
+                store.stage("stages", {"run_id": "r"}, state="ready")
+
+    clock.run(main(), virtual=False)
+
+
+def test_a_staged_value_is_the_one_at_staging_time():
+    async def main():
+        async with await Store.open(":memory:") as store:
+            summary = {"tasks": 1}
+            store.stage("runs", {"run_id": "r"}, summary=summary)
+            summary["tasks"] = 2  # changed after staging, not staged again
+            await store.flush()
+            return await store.rows("runs")
+
+    assert clock.run(main(), virtual=False)[0]["summary"] == {"tasks": 1}
