@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest, SubmitError
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
@@ -566,7 +568,8 @@ class Engine:
         }
 
     def _forecasts(self) -> dict[str, float]:
-        """Forecast end (run time) of every open stage.
+        """Forecast end (run time) of every open stage that an open stage waits for: the
+        planner asks no other, and a forecast costs a pass as many steps as tasks run.
 
         A running stage is forecast from its progress; a later one starts when
         the stages it waits for are forecast to end and lasts as long as its
@@ -588,8 +591,10 @@ class Engine:
                     ends[name] = start + self._expected_length(stage)
             return ends[name]
 
-        for name in self.stages:
-            end(name)
+        for stage in self.stages.values():
+            if stage.phase.open:
+                for name in stage.spec.after:
+                    end(name)
         return {name: t for name, t in ends.items() if self.stages[name].phase.open}
 
     def _progress_forecast(self, stage: StageRun) -> float:
@@ -597,7 +602,7 @@ class Engine:
         now = self.now()
         size = stage.last_allocation or Resources(cores=1)
         slots = self.pool.slots_for(stage.spec.name, size, clock.now())
-        elapsed = [now - started for started in stage.running.values()]
+        elapsed = now - np.fromiter(stage.running.values(), float, len(stage.running))
         end = forecast_end(now, stage.durations, elapsed, len(stage.queue), slots)
         if end is not None:
             return end

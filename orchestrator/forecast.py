@@ -72,7 +72,7 @@ class Durations:
 def forecast_end(
     now: float,
     durations: Durations,
-    running_elapsed: list[float],
+    running_elapsed: ArrayLike,
     queued: int,
     slots: int,
 ) -> float | None:
@@ -84,7 +84,7 @@ def forecast_end(
     mean = durations.mean
     if mean is None:
         return None
-    if queued == 0 and not running_elapsed:
+    if queued == 0 and np.size(running_elapsed) == 0:
         return now
     left = durations.remaining(running_elapsed)
     assert left is not None  # a mean is known
