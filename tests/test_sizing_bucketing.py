@@ -360,6 +360,22 @@ def test_points_keep_sorted_prefix_sums(values):
     assert p.csig.tolist() == np.concatenate(([0], np.cumsum([s for _, s in pts]))).tolist()
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 20).map(float), max_size=60), st.sampled_from([2, 3, 5]))
+def test_points_in_small_blocks_read_as_one_sorted_run(values, block):
+    """Blocks split as they fill; ties, reads between adds and splits keep the one order."""
+    p = Points()
+    p.BLOCK = block
+    for i, v in enumerate(values):
+        p.add(v)
+        if i % 7 == 0:  # arrays built now must not outlive the next add
+            assert p.values.tolist() == [v for v, _ in _sorted_points(values[: i + 1])]
+    pts = _sorted_points(values)
+    assert p.values.tolist() == [v for v, _ in pts]
+    assert p.csig.tolist() == np.concatenate(([0], np.cumsum([s for _, s in pts]))).tolist()
+    assert np.allclose(p.cval, np.concatenate(([0], np.cumsum([v * s for v, s in pts]))))
+
+
 def test_candidate_tops_of_values_below_one_have_no_powers_of_two():
     # A peak of 5e-324 (hypothesis found it) once divided to 0 and hit log(0).
     for vmax in (5e-324, 0.5, 0.0):

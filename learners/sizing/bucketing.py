@@ -16,6 +16,7 @@ last prediction (cctools recomputes inside every add; the result is the same).
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
@@ -52,54 +53,68 @@ class Points:
     significance. ``csig[i]`` and ``cval[i]`` are the sums of significance and of
     value x significance over the ``i`` smallest records (the significances
     themselves are never needed apart).
+
+    Records sit in sorted blocks of at most ``BLOCK``: adding one moves a block's worth,
+    not every record (a run of a million tasks adds millions), and the arrays are
+    built when first asked for after a change.
     """
 
-    def __init__(self, capacity: int = 64) -> None:
-        self._v = np.empty(capacity)
-        self._cs = np.zeros(capacity + 1)
-        self._cv = np.zeros(capacity + 1)
+    BLOCK = 1024
+
+    def __init__(self) -> None:
+        self._values: list[array[float]] = []
+        self._sigs: list[array[float]] = []
+        self._tops: list[float] = []
+        """Each block's largest value, to find where a record goes."""
         self.n = 0
         self.next_sig = 1
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def add(self, value: float) -> None:
-        n = self.n
-        if n == len(self._v):
-            self._grow()
-        v, cs, cv = self._v, self._cs, self._cv
-        pos = bisect_left(v, value, 0, n)
         sig = float(self.next_sig)
-        v[pos + 1 : n + 1] = v[pos:n]
-        v[pos] = value
-        cs[pos + 2 : n + 2] = cs[pos + 1 : n + 1] + sig
-        cs[pos + 1] = cs[pos] + sig
-        weighted = value * sig
-        cv[pos + 2 : n + 2] = cv[pos + 1 : n + 1] + weighted
-        cv[pos + 1] = cv[pos] + weighted
-        self.n = n + 1
+        self.n += 1
         self.next_sig += 1
+        self._arrays = None
+        if not self._values:
+            self._values.append(array("d", [value]))
+            self._sigs.append(array("d", [sig]))
+            self._tops.append(value)
+            return
+        k = min(bisect_left(self._tops, value), len(self._tops) - 1)
+        values, sigs = self._values[k], self._sigs[k]
+        at = bisect_left(values, value)
+        values.insert(at, value)
+        sigs.insert(at, sig)
+        self._tops[k] = values[-1]
+        if len(values) > self.BLOCK:
+            half = len(values) // 2
+            self._values.insert(k + 1, values[half:])
+            self._sigs.insert(k + 1, sigs[half:])
+            del values[half:], sigs[half:]
+            self._tops[k : k + 1] = [values[-1], self._values[k + 1][-1]]
 
-    def _grow(self) -> None:
-        size = 2 * len(self._v)
-        values = np.empty(size)
-        values[: self.n] = self._v[: self.n]
-        self._v = values
-        for name in ("_cs", "_cv"):
-            old = getattr(self, name)
-            new = np.zeros(size + 1)
-            new[: self.n + 1] = old[: self.n + 1]
-            setattr(self, name, new)
+    def _built(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            values = np.concatenate([np.frombuffer(b) for b in self._values] or [np.empty(0)])
+            sigs = np.concatenate([np.frombuffer(b) for b in self._sigs] or [np.empty(0)])
+            self._arrays = (
+                values,
+                np.concatenate(([0.0], np.cumsum(sigs))),
+                np.concatenate(([0.0], np.cumsum(values * sigs))),
+            )
+        return self._arrays
 
     @property
     def values(self) -> np.ndarray:
-        return self._v[: self.n]
+        return self._built()[0]
 
     @property
     def csig(self) -> np.ndarray:
-        return self._cs[: self.n + 1]
+        return self._built()[1]
 
     @property
     def cval(self) -> np.ndarray:
-        return self._cv[: self.n + 1]
+        return self._built()[2]
 
 
 def doubling(prev: float, default: float, rate: float = 2.0) -> float:
