@@ -10,27 +10,39 @@ that has already run long is expected to run longer, not to end at once.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 from numpy.typing import ArrayLike
 
 
 class Durations:
-    """Successful task durations of one stage, kept sorted for residual-life queries.
+    """The latest successful task durations of one stage (``window`` of them), kept sorted for
+    residual-life queries.
 
     A stage adds one duration per task and is asked for forecasts on every
     pass of the engine, so both are cheap: an addition shifts two arrays
     (sorted values and their suffix sums) in place, a query is a binary search.
+    The window bounds that shift for a stage of a million tasks, and follows
+    durations that drift as a stage goes on.
     """
 
-    def __init__(self, prior: float | None = None) -> None:
+    def __init__(self, prior: float | None = None, window: int = 4096) -> None:
         self.prior = prior
         """Expected duration before any task has finished (e.g. from earlier runs)."""
+        self.window = window
         self._n = 0
         self._values = np.empty(16)
         self._suffix = np.zeros(17)
         """``_suffix[i]`` is the total of the ``i``-th shortest onward (0 past the end)."""
+        self._arrivals: deque[float] = deque()
+        """The durations in the window, oldest first."""
+        self._dropped = 0
 
     def add(self, duration: float) -> None:
+        if self._n == self.window:
+            self._drop(self._arrivals.popleft())
+        self._arrivals.append(duration)
         n = self._n
         if n == len(self._values):
             self._grow()
@@ -41,6 +53,20 @@ class Durations:
         suffix[at + 1 : n + 2] = suffix[at : n + 1]
         suffix[: at + 1] += duration
         self._n = n + 1
+
+    def _drop(self, duration: float) -> None:
+        """Forget the oldest duration; the suffix sums are summed afresh once per window, so
+        that subtractions leave no drift."""
+        n = self._n
+        values, suffix = self._values, self._suffix
+        at = int(values[:n].searchsorted(duration, side="left"))
+        values[at : n - 1] = values[at + 1 : n]
+        suffix[: at + 1] -= duration
+        suffix[at + 1 : n] = suffix[at + 2 : n + 1]
+        self._n = n - 1
+        self._dropped += 1
+        if self._dropped % self.window == 0:
+            suffix[: n - 1] = np.cumsum(values[: n - 1][::-1])[::-1]
 
     def _grow(self) -> None:
         n = self._n

@@ -8,15 +8,16 @@ from orchestrator.forecast import Durations, forecast_end
 durations = st.lists(st.floats(0, 1e5, allow_nan=False), min_size=1, max_size=200)
 
 
-@given(durations, st.floats(0, 2e5, allow_nan=False))
-def test_mean_and_remaining_life_are_those_of_the_durations_seen(values, elapsed):
-    seen = Durations()
+@given(durations, st.floats(0, 2e5, allow_nan=False), st.sampled_from([4096, 1, 7]))
+def test_mean_and_remaining_life_are_those_of_the_latest_durations(values, elapsed, window):
+    seen = Durations(window=window)
     for value in values:
         seen.add(value)
-    longer = [v for v in values if v > elapsed]
+    latest = values[-window:]
+    longer = [v for v in latest if v > elapsed]
     expected = sum(longer) / len(longer) - elapsed if longer else 0.0
-    assert len(seen) == len(values)
-    assert abs(seen.mean - sum(values) / len(values)) <= 1e-9 * max(values)
+    assert len(seen) == len(latest)
+    assert abs(seen.mean - sum(latest) / len(latest)) <= 1e-9 * max(values)
     assert abs(seen.remaining(elapsed) - expected) <= 1e-9 * max(values)
 
 
