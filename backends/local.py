@@ -35,28 +35,51 @@ import os
 import shutil
 import signal
 import socket
-import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import psutil
 
-from backends.base import JobInfo, JobState, PilotRequest, SubmitError, dependency_status
+from backends import clock
+from backends.base import (
+    JobInfo,
+    JobState,
+    PilotRequest,
+    RemoteOptions,
+    RunSite,
+    SubmitError,
+    WorkerLaunch,
+    Workers,
+    dependency_status,
+)
 from learners.resources import Resources
-from orchestrator import clock
 
 log = logging.getLogger(__name__)
 
 MB = 2**20
-WORKER_COMMAND = (sys.executable, "-m", "orchestrator.worker")
-"""``leadtime worker``, run by the interpreter of this process (whatever its PATH)."""
 DRAIN_FRACTION = 0.1
 """A worker stops taking tasks this fraction of its pilot's time limit before the end (at
 most the worker's default minute), so that short local pilots still get work."""
 
 Stop = Literal["release", "cancel", "timeout"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalOptions(RemoteOptions):
+    """Pilots as processes on this machine, workers connecting to this process."""
+
+    name: ClassVar[str] = "local"
+    workers: ClassVar[Workers] = Workers.THIS_HOST
+
+    oversubscribe: bool = False
+    """Let a pilot ask for more cores than this machine has."""
+
+    def open(self, site: RunSite) -> LocalBackend:
+        if site.launch is None:
+            raise ValueError("local pilots need a worker launch")
+        return LocalBackend(site.launch, site.run_dir, oversubscribe=self.oversubscribe)
 
 
 def this_machine(work_dir: Path) -> Resources:
@@ -99,16 +122,12 @@ class _Pilot:
 
 
 class LocalBackend:
-    """Pilots as ``leadtime worker`` processes on this machine, working for ``manager``.
+    """Pilots as worker processes on this machine, each started by ``launch``.
 
-    ``manager`` is the ``HOST:PORT`` the workers connect to; ``worker_args``
-    are more ``leadtime worker`` options every worker gets (sampling, say).
     The backend adds each worker's ``--pilot-id``, ``--worker-id``,
     ``--cores``, ``--memory``, ``--end-time``, ``--drain-margin`` and
     ``--root`` (``run_dir/<pilot>/<worker>``). A pilot's output goes to
-    ``run_dir/<pilot>.out``. ``worker_env`` is added to the workers'
-    environment: the place for the run's secret, which never goes on a
-    command line. A pilot may ask for at most the machine's cores (any number
+    ``run_dir/<pilot>.out``. A pilot may ask for at most the machine's cores (any number
     with ``oversubscribe``) and its memory; one that leaves memory unset gets
     the machine's memory per core for each of its cores. Partition, account,
     QOS and extra sbatch options mean nothing here and are ignored.
@@ -116,28 +135,20 @@ class LocalBackend:
 
     name = "local"
     simulated = False
+    true_wait = None
 
     def __init__(
         self,
-        manager: str | Path,
+        launch: WorkerLaunch,
         run_dir: str | Path,
         *,
-        worker_args: Sequence[str] = (),
-        worker_env: Mapping[str, str] | None = None,
         oversubscribe: bool = False,
         kill_grace_s: float = 10.0,
         node: Resources | None = None,
     ) -> None:
-        self.manager = (
-            ("--manager-file", str(manager))
-            if isinstance(manager, Path)
-            else ("--manager", manager)
-        )
-        """How workers find their manager: its address, or a file holding it."""
+        self.launch = launch
         self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.worker_args = tuple(worker_args)
-        self.worker_env = dict(worker_env or {})
         self.oversubscribe = oversubscribe
         self.kill_grace_s = kill_grace_s
         self.node = node or this_machine(self.run_dir)
@@ -219,6 +230,10 @@ class LocalBackend:
 
     async def cluster_name(self) -> str:
         return f"local:{socket.gethostname()}"
+
+    async def largest_node(self, partitions: set[str | None]) -> Resources:
+        """This machine: there are no partitions."""
+        return self.node
 
     async def reattach(
         self, request: PilotRequest, job_id: str | None, submitted: float
@@ -327,16 +342,14 @@ class LocalBackend:
         assert pilot.start_time is not None
         end = clock.to_epoch(pilot.start_time + request.time_limit_s)
         drain = min(60.0, DRAIN_FRACTION * request.time_limit_s)
-        env = {**os.environ, **self.worker_env}
+        env = {**os.environ, **self.launch.env}
         pilot_dir = self.run_dir / request.name
         try:
             with open(self.run_dir / f"{request.name}.out", "ab") as out:
                 for i in range(request.nodes or 1):
                     worker_id = f"{request.name}.{i}"
                     command = [
-                        *WORKER_COMMAND,
-                        *self.manager,
-                        *self.worker_args,
+                        *self.launch.argv,
                         *("--pilot-id", request.name, "--worker-id", worker_id),
                         # repr: the worker must get exactly what the sizer was told
                         *("--cores", repr(size.cores), "--memory", repr(size.memory)),
@@ -359,7 +372,7 @@ class LocalBackend:
                     elif pilot.stop is not None:
                         _signal(process.pid, signal.SIGTERM)
         except OSError as e:
-            pilot.start_error = f"cannot start {WORKER_COMMAND[0]}: {e}"
+            pilot.start_error = f"cannot start {self.launch.argv[0]}: {e}"
             log.error("pilot %s: %s", request.name, pilot.start_error)
             for process in pilot.processes:
                 _kill_tree(process.pid)

@@ -23,8 +23,9 @@ import math
 import socket
 from collections.abc import Callable
 
+from backends import clock
 from learners.resources import Resources
-from orchestrator import clock, protocol
+from orchestrator import protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec
 from orchestrator.protocol import Channel, ProtocolError, Registration, lost
 

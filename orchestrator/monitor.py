@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from backends import clock
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import clock
 from orchestrator.lineage import Lineage
 
 log = logging.getLogger(__name__)

@@ -73,9 +73,9 @@ from typing import Any
 
 import msgpack
 
+from backends import clock
 from learners.resources import RESOURCES, Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import clock
 from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 
 VERSION = 3

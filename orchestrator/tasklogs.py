@@ -19,8 +19,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from backends import clock
 from learners.resources import RESOURCES
-from orchestrator import clock
 from orchestrator.attempt import Captured
 from orchestrator.human import duration, megabytes, number, offset
 from orchestrator.runrecord import StoreRow

@@ -39,9 +39,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from backends import clock
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import clock, footprint
+from orchestrator import footprint
 from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 from orchestrator.footprint import Footprint
 from orchestrator.lineage import ATTEMPT_TOKEN, WORKER_TOKEN, new_token

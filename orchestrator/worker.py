@@ -39,8 +39,9 @@ from typing import Annotated
 import psutil
 import typer
 
+from backends import clock
 from learners.resources import PACKED, Resources
-from orchestrator import clock, protocol
+from orchestrator import protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.command import App
 from orchestrator.lineage import Sentinel, new_token

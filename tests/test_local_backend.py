@@ -6,14 +6,17 @@ import os
 import psutil
 import pytest
 
-from backends.base import Dependency, JobState, PilotRequest, SubmitError
+from backends import clock
+from backends.base import Dependency, JobState, PilotRequest, SubmitError, WorkerLaunch
 from backends.local import LocalBackend
 from learners.resources import Resources
-from orchestrator import clock, protocol
+from orchestrator import protocol
 from orchestrator.attempt import AttemptSpec, Outcome
 from orchestrator.manager import Manager
+from orchestrator.session import WORKER_COMMAND
 
 SECRET = bytes(range(7, 39))
+FAST_SAMPLES = ("--sample-interval", "0.2", "--first-sample", "0.05")
 NODE = Resources(cores=2, memory=8000, disk=5000)
 
 
@@ -30,11 +33,13 @@ class Local:
 
     async def __aenter__(self):
         host, port = await self.manager.start()
+        launch = WorkerLaunch(
+            (*WORKER_COMMAND, "--manager", f"{host}:{port}", *FAST_SAMPLES),
+            {protocol.SECRET_ENV: SECRET.hex()},
+        )
         self.backend = LocalBackend(
-            f"{host}:{port}",
+            launch,
             self.tmp_path / "run",
-            worker_args=("--sample-interval", "0.2", "--first-sample", "0.05"),
-            worker_env={protocol.SECRET_ENV: SECRET.hex()},
             kill_grace_s=1.0,
             **{"node": NODE, **self.options},
         )

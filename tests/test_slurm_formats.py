@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import clock
 from backends.base import Dependency, JobState, NodeShare, PilotRequest, SubmitError
 from backends.slurm_jobs import (
     NodeSize,
@@ -22,7 +23,6 @@ from backends.slurm_jobs import (
     parse_squeue_json,
 )
 from backends.slurm_script import batch_script, node_share_from_env, rejection, sbatch_arguments
-from orchestrator import clock
 
 RUN_DIR = Path("/runs/r1")
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from backends import clock
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import clock, lineage
+from orchestrator import lineage
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause
 from orchestrator.monitor import Monitor, MonitorConfig, Sample, Usage
 from orchestrator.session import RunConfig, execute

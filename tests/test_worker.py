@@ -12,8 +12,9 @@ import time
 import pytest
 from strangers import intrude
 
+from backends import clock
 from learners.resources import Resources
-from orchestrator import clock, protocol, taskrun
+from orchestrator import protocol, taskrun
 from orchestrator.attempt import AttemptSpec, Outcome
 from orchestrator.manager import Manager
 from orchestrator.monitor import Monitor, MonitorConfig
