@@ -7,7 +7,7 @@ change of a job's state. Times are on the running loop's clock
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -228,14 +228,39 @@ class Workers(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerPlace:
+    """What a backend tells a worker that no batch system tells (local processes): its
+    pilot's job id (the one name a pilot has; Slurm's workers read theirs from
+    ``$SLURM_JOB_ID``, simulated ones are given it), its own id, its share of the node, when
+    its pilot ends (Unix time) and when it stops taking tasks before, where its sandboxes go."""
+
+    pilot: str
+    worker: str
+    capacity: Resources
+    end_time: float
+    drain_margin_s: float
+    root: Path
+
+
+def _told_nothing(place: WorkerPlace) -> tuple[str, ...]:
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerLaunch:
     """How a pilot starts a worker, as the orchestrator hands it to a backend (as Parsl hands
     its providers a command line): ``argv``, run once per node, with ``env`` added to the
-    environment the batch system gives it. The run's secret travels in a file or ``env``,
-    never in ``argv``: any user can read a command line."""
+    environment the batch system gives it, and ``place_args``, the arguments that tell a
+    worker its :class:`WorkerPlace` where the backend knows it. The run's secret travels in a
+    file or ``env``, never in ``argv``: any user can read a command line."""
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    place_args: Callable[[WorkerPlace], Sequence[str]] = _told_nothing
+
+    def command(self, place: WorkerPlace) -> tuple[str, ...]:
+        """The command line of the worker at ``place``."""
+        return (*self.argv, *self.place_args(place))
 
 
 @dataclass(frozen=True, slots=True)

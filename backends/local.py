@@ -2,7 +2,7 @@
 
 A pilot is ``nodes`` (default one) ``leadtime worker`` processes, each given
 its share of the pilot's cores and memory, CPUs of its own (as a Slurm
-cpuset would), the pilot's end time and its name as the pilot id; the
+cpuset would), the pilot's end time and its job id (its name) as the pilot id; the
 processes connect to the run's manager like the workers of a Slurm pilot.
 Nothing queues: a pilot starts the moment it is submitted, or the moment its
 dependency is satisfied, with Slurm's meaning of ``after``, ``afterany``,
@@ -51,6 +51,7 @@ from backends.base import (
     RunSite,
     SubmitError,
     WorkerLaunch,
+    WorkerPlace,
     Workers,
     dependency_status,
 )
@@ -122,11 +123,9 @@ class _Pilot:
 
 
 class LocalBackend:
-    """Pilots as worker processes on this machine, each started by ``launch``.
-
-    The backend adds each worker's ``--pilot-id``, ``--worker-id``,
-    ``--cores``, ``--memory``, ``--end-time``, ``--drain-margin`` and
-    ``--root`` (``run_dir/<pilot>/<worker>``). A pilot's output goes to
+    """Pilots as worker processes on this machine, each started by ``launch``, told its
+    place (:class:`~backends.base.WorkerPlace`: the pilot's job id, its share of the
+    pilot, the pilot's end, its root ``run_dir/<pilot>/<worker>``). A pilot's output goes to
     ``run_dir/<pilot>.out``. A pilot may ask for at most the machine's cores (any number
     with ``oversubscribe``) and its memory; one that leaves memory unset gets
     the machine's memory per core for each of its cores. Partition, account,
@@ -348,15 +347,9 @@ class LocalBackend:
             with open(self.run_dir / f"{request.name}.out", "ab") as out:
                 for i in range(request.nodes or 1):
                     worker_id = f"{request.name}.{i}"
-                    command = [
-                        *self.launch.argv,
-                        *("--pilot-id", request.name, "--worker-id", worker_id),
-                        # repr: the worker must get exactly what the sizer was told
-                        *("--cores", repr(size.cores), "--memory", repr(size.memory)),
-                        *("--disk", repr(size.disk)),
-                        *("--end-time", repr(end), "--drain-margin", repr(drain)),
-                        *("--root", str(pilot_dir / worker_id)),
-                    ]
+                    root = pilot_dir / worker_id
+                    place = WorkerPlace(pilot.job_id, worker_id, size, end, drain, root)
+                    command = self.launch.command(place)
                     process = await asyncio.create_subprocess_exec(
                         *command,
                         stdin=asyncio.subprocess.DEVNULL,

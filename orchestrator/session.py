@@ -12,7 +12,6 @@ import math
 import os
 import signal
 import socket
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -27,7 +26,6 @@ from backends.base import (
     JobState,
     RemoteOptions,
     RunSite,
-    WorkerLaunch,
     Workers,
 )
 from backends.mock import MockOptions
@@ -37,6 +35,7 @@ from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import protocol, runs
+from orchestrator import worker as agent
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
 from orchestrator.manager import Manager, host_address
 from orchestrator.planner import Planner, make_planner
@@ -49,9 +48,6 @@ from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, QueueWaits
 from workflows.spec import Allocation, Task, Workflow, loads
-
-WORKER_COMMAND = (sys.executable, "-m", "orchestrator.worker")
-"""``leadtime worker``, run by the interpreter of this process (whatever its PATH)."""
 
 
 class SetupError(Exception):
@@ -430,8 +426,7 @@ async def run_manager(
 ) -> AsyncIterator[RunManager]:
     """The run's directory, secret, manager (not listening yet) and backend.
 
-    The workers run this process's interpreter (a virtual environment's works on any node
-    that shares its file system).
+    The workers are this process's agent (:func:`orchestrator.worker.launch`).
     """
     if not isinstance(options, RemoteOptions):
         raise TypeError(f"the {options.name} backend's workers connect to a manager: its "
@@ -449,14 +444,7 @@ async def run_manager(
             protocol.write_secret(secret_file, secret)
     except (protocol.SecretError, OSError) as e:
         raise SetupError(f"the run's secret: {e}") from e
-    launch = WorkerLaunch(
-        (
-            *WORKER_COMMAND,
-            *("--manager-file", str(run_dir / "manager")),
-            *("--secret-file", str(secret_file)),
-            *options.worker_args,
-        )
-    )
+    launch = agent.launch(run_dir / "manager", secret_file=secret_file, args=options.worker_args)
     backend = options.open(RunSite(run_dir, launch))
     if options.workers is Workers.THIS_HOST:
         bind, wildcard = options.bind or "127.0.0.1", "127.0.0.1"

@@ -206,7 +206,7 @@ class SimulatedWorkers:
         return [
             SimWorker(
                 f"{pilot.pilot_id}/{share.node}",
-                pilot.pilot_id,
+                info.job_id,
                 Resources(share.cores, share.memory_mb, DISK_MB),
                 end,
                 self.truths,

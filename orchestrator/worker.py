@@ -40,6 +40,7 @@ import psutil
 import typer
 
 from backends import clock
+from backends.base import WorkerLaunch, WorkerPlace
 from learners.resources import PACKED, Resources
 from orchestrator import protocol
 from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
@@ -103,6 +104,41 @@ class WorkerOptions:
     """Use cgroup v2 ``memory.max`` as a backstop where the system delegates it."""
     token: str = field(default_factory=new_token)
     """Every task of this worker carries it: what its sentinel kills (:mod:`.lineage`)."""
+
+
+MODULE = "orchestrator.worker"
+"""``python -m MODULE`` runs the agent (``leadtime worker``) without a console script."""
+
+
+def launch(
+    manager: str | Path,
+    *,
+    secret_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> WorkerLaunch:
+    """How a pilot starts this agent: ``python -m``, by this process's interpreter (whatever
+    the PATH; a virtual environment's works on any node that shares its file system), to
+    the manager at ``manager`` (its ``HOST:PORT``, or a file holding it), with the run's
+    secret in ``secret_file`` or ``env`` (never on the command line) and ``args`` besides."""
+    where = (
+        ("--manager-file", str(manager)) if isinstance(manager, Path) else ("--manager", manager)
+    )
+    secret = () if secret_file is None else ("--secret-file", str(secret_file))
+    argv = (sys.executable, "-m", MODULE, *where, *secret, *args)
+    return WorkerLaunch(argv, dict(env or {}), place_args)
+
+
+def place_args(place: WorkerPlace) -> tuple[str, ...]:
+    """The options that tell a worker its place, given where no batch system tells it
+    (``repr``: the worker must get exactly the size the sizer was told)."""
+    return (
+        *("--pilot-id", place.pilot, "--worker-id", place.worker),
+        *("--cores", repr(place.capacity.cores), "--memory", repr(place.capacity.memory)),
+        *("--disk", repr(place.capacity.disk)),
+        *("--end-time", repr(place.end_time), "--drain-margin", repr(place.drain_margin_s)),
+        *("--root", str(place.root)),
+    )
 
 
 def parse_address(text: str) -> tuple[str, int]:

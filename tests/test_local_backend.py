@@ -7,13 +7,13 @@ import psutil
 import pytest
 
 from backends import clock
-from backends.base import Dependency, JobState, PilotRequest, SubmitError, WorkerLaunch
+from backends.base import Dependency, JobState, PilotRequest, SubmitError
 from backends.local import LocalBackend
 from learners.resources import Resources
 from orchestrator import protocol
+from orchestrator import worker as agent
 from orchestrator.attempt import AttemptSpec, Outcome
 from orchestrator.manager import Manager
-from orchestrator.session import WORKER_COMMAND
 
 SECRET = bytes(range(7, 39))
 FAST_SAMPLES = ("--sample-interval", "0.2", "--first-sample", "0.05")
@@ -33,10 +33,8 @@ class Local:
 
     async def __aenter__(self):
         host, port = await self.manager.start()
-        launch = WorkerLaunch(
-            (*WORKER_COMMAND, "--manager", f"{host}:{port}", *FAST_SAMPLES),
-            {protocol.SECRET_ENV: SECRET.hex()},
-        )
+        secret = {protocol.SECRET_ENV: SECRET.hex()}
+        launch = agent.launch(f"{host}:{port}", env=secret, args=FAST_SAMPLES)
         self.backend = LocalBackend(
             launch,
             self.tmp_path / "run",
