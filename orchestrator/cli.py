@@ -29,7 +29,7 @@ from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
 from orchestrator import human, runs, tasklogs
-from orchestrator import worker as agent
+from orchestrator.agent import worker as agent
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view

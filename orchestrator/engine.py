@@ -23,8 +23,9 @@ from backends import clock
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest, SubmitError
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
-from orchestrator import footprint, human
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
+from orchestrator import human
+from orchestrator.agent import footprint
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
 from orchestrator.breaker import Breaker
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit

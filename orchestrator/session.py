@@ -34,8 +34,9 @@ from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
-from orchestrator import protocol, runs
-from orchestrator import worker as agent
+from orchestrator import runs
+from orchestrator.agent import protocol
+from orchestrator.agent import worker as agent
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
 from orchestrator.manager import Manager, host_address
 from orchestrator.planner import Planner, make_planner
@@ -426,7 +427,7 @@ async def run_manager(
 ) -> AsyncIterator[RunManager]:
     """The run's directory, secret, manager (not listening yet) and backend.
 
-    The workers are this process's agent (:func:`orchestrator.worker.launch`).
+    The workers are this process's agent (:func:`orchestrator.agent.worker.launch`).
     """
     if not isinstance(options, RemoteOptions):
         raise TypeError(f"the {options.name} backend's workers connect to a manager: its "

@@ -26,7 +26,7 @@ from backends.mock import DISK_MB
 from learners.replay import MemorySeries, TraceTask
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
 from workflows.spec import Simulation, Task, Workflow
 from workflows.synthetic import Distribution
 from workflows.traces import load_trace

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from backends import clock
 from backends.local import LocalOptions
-from orchestrator import protocol
+from orchestrator.agent import protocol
 from orchestrator.cli import app
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
@@ -156,7 +156,9 @@ def test_a_worker_killed_mid_task_loses_it_and_the_task_completes_elsewhere(tmp_
             asyncio.get_running_loop().call_later(0.4, kill_a_worker)
 
     def kill_a_worker():
-        workers = [p for p in psutil.Process().children() if "orchestrator.worker" in p.cmdline()]
+        workers = [
+            p for p in psutil.Process().children() if "orchestrator.agent.worker" in p.cmdline()
+        ]
         killed[0] = workers[0].pid
         os.kill(workers[0].pid, signal.SIGKILL)
 

@@ -10,9 +10,9 @@ from backends import clock
 from backends.base import Dependency, JobState, PilotRequest, SubmitError
 from backends.local import LocalBackend
 from learners.resources import Resources
-from orchestrator import protocol
-from orchestrator import worker as agent
-from orchestrator.attempt import AttemptSpec, Outcome
+from orchestrator.agent import protocol
+from orchestrator.agent import worker as agent
+from orchestrator.agent.attempt import AttemptSpec, Outcome
 from orchestrator.manager import Manager
 
 SECRET = bytes(range(7, 39))

@@ -17,14 +17,15 @@ from typer.testing import CliRunner
 from backends import clock
 from backends.local import LocalOptions
 from learners.resources import Resources
-from orchestrator import protocol, tasklogs
-from orchestrator.attempt import AttemptSpec, Outcome
+from orchestrator import tasklogs
+from orchestrator.agent import protocol
+from orchestrator.agent.attempt import AttemptSpec, Outcome
+from orchestrator.agent.monitor import Monitor, MonitorConfig
+from orchestrator.agent.taskrun import STDERR, STDOUT, Runner, RunnerConfig, capture
 from orchestrator.cli import app
-from orchestrator.monitor import Monitor, MonitorConfig
 from orchestrator.runs import Manager, RunState
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import TABLES, Store
-from orchestrator.taskrun import STDERR, STDOUT, Runner, RunnerConfig, capture
 from workflows.spec import loads
 
 LINES = 100_000

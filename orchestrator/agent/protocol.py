@@ -74,9 +74,8 @@ from typing import Any
 import msgpack
 
 from backends import clock
-from learners.resources import RESOURCES, Resources
-from learners.sizing.base import Exhaustion
-from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
+from learners.resources import RESOURCES, Exhaustion, Resources
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 
 VERSION = 3
 MAX_FRAME = 16 * 2**20

@@ -15,7 +15,7 @@ time: a manager resuming the run (``leadtime resume``) takes it and its
 attempts over. After ``connect_timeout_s`` without a manager it kills its
 attempts and exits, so a pilot nobody resumes ends by itself. Nothing a task
 starts outlives the worker: if the worker itself is killed, its sentinel
-kills what its tasks left (:mod:`orchestrator.lineage`).
+kills what its tasks left (:mod:`orchestrator.agent.lineage`).
 """
 
 from __future__ import annotations
@@ -42,12 +42,11 @@ import typer
 from backends import clock
 from backends.base import WorkerLaunch, WorkerPlace
 from learners.resources import PACKED, Resources
-from orchestrator import protocol
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
-from orchestrator.command import App
-from orchestrator.lineage import Sentinel, new_token
-from orchestrator.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
-from orchestrator.protocol import (
+from orchestrator.agent import protocol
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.agent.lineage import Sentinel, new_token
+from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
+from orchestrator.agent.protocol import (
     AuthError,
     Channel,
     ProtocolError,
@@ -55,7 +54,8 @@ from orchestrator.protocol import (
     Welcome,
     lost,
 )
-from orchestrator.taskrun import Keep, Runner, RunnerConfig
+from orchestrator.agent.taskrun import Keep, Runner, RunnerConfig
+from orchestrator.command import App
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class WorkerOptions:
     """Every task of this worker carries it: what its sentinel kills (:mod:`.lineage`)."""
 
 
-MODULE = "orchestrator.worker"
+MODULE = "orchestrator.agent.worker"
 """``python -m MODULE`` runs the agent (``leadtime worker``) without a console script."""
 
 
