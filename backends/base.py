@@ -7,6 +7,7 @@ change of a job's state. Times are on the running loop's clock
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -144,6 +145,21 @@ class SubmitError(Exception):
         self.option = option
 
 
+def node_share(
+    cores: int, nodes: int | None, memory_mb: float | None, node: Resources
+) -> Resources:
+    """The largest worker a pilot of ``cores`` over ``nodes`` (None: wherever the scheduler
+    puts them) brings on a node like ``node``: its cores there (at most the node's), their
+    share of the pilot's memory (of the node's memory, a core's share for each, where the
+    pilot leaves memory unset), whole MB, and the node's disk."""
+    per_node = min(cores / (nodes or 1), node.cores)
+    if memory_mb is None:
+        memory = node.memory * per_node / node.cores
+    else:
+        memory = memory_mb * per_node / cores
+    return Resources(per_node, math.floor(memory), node.disk)
+
+
 NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
 """A node as large as any stage may ask, where a backend cannot tell its nodes' size."""
 
@@ -177,10 +193,6 @@ class BatchBackend(Protocol):
 
     async def release(self, job_id: str) -> None:
         """End a pilot that is no longer needed: a running one ends COMPLETED."""
-        ...
-
-    async def info(self, job_id: str) -> JobInfo:
-        """The job's current state."""
         ...
 
     def updates(self) -> AsyncIterator[JobInfo]:

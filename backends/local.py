@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -54,7 +53,9 @@ from backends.base import (
     WorkerPlace,
     Workers,
     dependency_status,
+    node_share,
 )
+from backends.cores import CoreSet
 from learners.resources import Resources
 
 log = logging.getLogger(__name__)
@@ -153,10 +154,10 @@ class LocalBackend:
         self.node = node or this_machine(self.run_dir)
         """This machine, as far as pilots go: their cores, memory and disk."""
         self._pilots: dict[str, _Pilot] = {}
-        self._cpu_use = dict.fromkeys(sorted(os.sched_getaffinity(0)), 0)
-        """Workers pinned to each CPU of this machine."""
-        self._cpus: dict[int, list[int]] = {}
-        """The CPUs of each running worker, by process id."""
+        self._cores = CoreSet(os.sched_getaffinity(0))
+        """This machine's CPUs, as its running workers hold them."""
+        self._cpus: dict[int, tuple[frozenset[int] | None, float]] = {}
+        """The CPUs of each running worker and its cores, by process id."""
         self._updates: asyncio.Queue[JobInfo] = asyncio.Queue()
         self._closed = False
 
@@ -287,16 +288,6 @@ class LocalBackend:
         """The process ids of the pilot's workers that were started."""
         return [p.pid for p in self._pilot(job_id).processes]
 
-    def worker_size(self, request: PilotRequest) -> Resources:
-        """What each worker of ``request`` gets: its share of the pilot's cores and memory."""
-        nodes = request.nodes or 1
-        cores = request.cores / nodes
-        if request.memory_mb is None:
-            memory = math.floor(self.node.memory / self.node.cores * cores)
-        else:
-            memory = request.memory_mb / nodes
-        return Resources(cores, float(memory), self.node.disk)
-
     # -- inside ------------------------------------------------------------------------
 
     def _pilot(self, job_id: str) -> _Pilot:
@@ -337,7 +328,7 @@ class LocalBackend:
     async def _run(self, pilot: _Pilot) -> None:
         """Start the pilot's workers, wait for all of them, end the pilot as they ended."""
         request = pilot.request
-        size = self.worker_size(request)
+        size = node_share(request.cores, request.nodes, request.memory_mb, self.node)
         assert pilot.start_time is not None
         end = clock.to_epoch(pilot.start_time + request.time_limit_s)
         drain = min(60.0, DRAIN_FRACTION * request.time_limit_s)
@@ -400,18 +391,16 @@ class LocalBackend:
 
         Set as the worker starts, long before it reads its CPUs (after its imports).
         """
-        count = min(len(self._cpu_use), max(1, math.ceil(cores - 1e-9)))
-        cpus = sorted(self._cpu_use, key=lambda cpu: (self._cpu_use[cpu], cpu))[:count]
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(process.pid, cpus)
-        for cpu in cpus:
-            self._cpu_use[cpu] += 1
-        self._cpus[process.pid] = cpus
+        cpus = self._cores.take(cores)
+        if cpus is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(process.pid, cpus)
+        self._cpus[process.pid] = (cpus, cores)
 
     async def _wait(self, process: asyncio.subprocess.Process | _Adopted) -> int | None:
         code = await process.wait()
-        for cpu in self._cpus.pop(process.pid, ()):
-            self._cpu_use[cpu] -= 1
+        if process.pid in self._cpus:
+            self._cores.give(*self._cpus.pop(process.pid))
         return code
 
     def _final_state(self, pilot: _Pilot, codes: Sequence[int | None]) -> JobState:

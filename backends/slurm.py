@@ -64,8 +64,6 @@ _TRANSIENT = re.compile(
 # this host and the controller's).
 _CLOCK_SLACK_S = 120.0
 
-OnSubmitted = Callable[[PilotRequest, str], Awaitable[None]]
-
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message is Slurm's own."""
@@ -141,8 +139,6 @@ class SlurmBackend:
     are added to every submission. A running
     pilot that is released gets SIGTERM again every ``release_resend_s`` (a signal sent
     before its job step exists is lost) and is cancelled after ``release_timeout_s``.
-    ``on_submitted(request, job_id)`` is awaited as soon as a job id is known, before the
-    job is tracked: the place to store it.
     """
 
     name = "slurm"
@@ -160,7 +156,6 @@ class SlurmBackend:
         release_timeout_s: float = 300.0,
         backoff: Backoff | None = None,
         commands: SlurmCommands | None = None,
-        on_submitted: OnSubmitted | None = None,
     ) -> None:
         if not launch.argv:
             raise ValueError("the worker's command is empty: a pilot must start some worker")
@@ -173,7 +168,6 @@ class SlurmBackend:
         self.release_timeout_s = release_timeout_s
         self.backoff = backoff or Backoff()
         self.commands = commands or SlurmCommands()
-        self.on_submitted = on_submitted
         self._uid = os.getuid()
         self._known: set[str] = set()
         self._active: dict[str, None] = {}  # an ordered set: updates come in submission order
@@ -195,10 +189,7 @@ class SlurmBackend:
             job_id = await self._submit(request, args, script)
         finally:
             self._submitting.discard(key)
-        self._known.add(job_id)  # before the hook awaits: no other submission may claim it
-        if self.on_submitted is not None:
-            await self.on_submitted(request, job_id)
-        self.track(job_id)
+        self._track(job_id)
         return job_id
 
     async def check(self, request: PilotRequest) -> None:
@@ -223,7 +214,7 @@ class SlurmBackend:
         await self._retrying(f"release job {job_id}", lambda: self._signal(job_id))
         now = clock.now()
         self._releases[job_id] = _Release(first=now, last=now)
-        self.track(job_id)
+        self._track(job_id)
 
     async def info(self, job_id: str) -> JobInfo:
         return (await self._current(job_id)).info()
@@ -263,13 +254,14 @@ class SlurmBackend:
                 return None
             else:
                 await clock.sleep(self.poll_interval_s)
-        self.track(job_id)
+        self._track(job_id)
         return job_id
 
     # -- beyond the protocol: re-attaching after a restart -------------------------------
 
-    def track(self, job_id: str) -> None:
-        """Report this job's changes in :meth:`updates` (e.g. a live pilot after a resume)."""
+    def _track(self, job_id: str) -> None:
+        """Report this job's changes in :meth:`updates` (a pilot submitted, or a live one
+        taken over by a resumed run)."""
         self._known.add(job_id)
         if job_id in self._records and self._records[job_id].state.finished:
             return

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import socket
@@ -27,6 +26,7 @@ from backends.base import (
     RemoteOptions,
     RunSite,
     Workers,
+    node_share,
 )
 from backends.mock import MockOptions
 from backends.registry import BACKENDS, options_json, options_of
@@ -48,7 +48,7 @@ from orchestrator.sizing_state import SizingState, stage_share
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, QueueWaits
-from workflows.spec import Allocation, Task, Workflow, loads
+from workflows.spec import Task, Workflow, loads
 
 
 class SetupError(Exception):
@@ -117,20 +117,6 @@ def config_of(data: dict[str, Any]) -> RunConfig:
             "backend": options_of(data["backend"]),
         }
     )
-
-
-def stage_worker(allocation: Allocation, node: Resources) -> Resources:
-    """The largest worker a stage's pilot brings: one node's share of its allocation.
-
-    ``node`` is one node of the cluster; a stage that leaves memory to the
-    scheduler gets the node's memory per core for each of its cores.
-    """
-    cores = min(allocation.cores // (allocation.nodes or 1), node.cores)
-    if allocation.memory_mb is None:
-        per_core = node.memory / node.cores
-    else:
-        per_core = allocation.memory_mb / allocation.cores
-    return Resources(cores, math.floor(per_core * cores), node.disk)
 
 
 def largest_worker(workers: Iterable[Resources]) -> Resources:
@@ -300,7 +286,10 @@ async def _execute(
         workers = SimulatedWorkers(truths)
     else:
         truths = {}
-    own = {s.name: stage_worker(s.allocation, node) for s in workflow.stages}
+    own = {  # the largest worker each stage's pilot brings
+        s.name: node_share(s.allocation.cores, s.allocation.nodes, s.allocation.memory_mb, node)
+        for s in workflow.stages
+    }
     share = {s.name: stage_share(s, own[s.name], s.tasks.size) for s in workflow.stages}
 
     def features(task: Task) -> TaskFeatures:

@@ -33,6 +33,7 @@ def test_the_agent_imports_no_learner_no_numpy_nothing_of_the_manager():
         "backends",
         "backends.base",
         "backends.clock",
+        "backends.cores",
         "learners",
         "learners.resources",
     }
@@ -52,3 +53,14 @@ def test_learners_import_no_other_room():
 @pytest.mark.parametrize("package", OURS)
 def test_no_package_of_ours_is_a_standard_module(package):
     assert package not in sys.stdlib_module_names
+
+
+def test_a_package_of_another_distribution_that_shadows_one_of_ours_is_named(tmp_path):
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "workflows" / "__init__.py").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-c", "import orchestrator"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert "leadtime's package 'workflows' is not the one Python finds" in done.stderr
+    assert str(tmp_path / "workflows") in done.stderr

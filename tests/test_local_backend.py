@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from backends import clock
-from backends.base import Dependency, JobState, PilotRequest, SubmitError
+from backends.base import Dependency, JobState, PilotRequest, SubmitError, node_share
 from backends.local import LocalBackend
 from learners.resources import Resources
 from orchestrator.agent import protocol
@@ -98,7 +98,7 @@ async def test_a_pilot_starts_at_once_and_its_workers_register(tmp_path):
 
 async def test_memory_left_unset_is_the_machine_share_of_the_cores(tmp_path):
     async with Local(tmp_path) as local:
-        size = local.backend.worker_size(request(cores=1))
+        size = node_share(1, None, None, local.backend.node)
         assert size == Resources(1, NODE.memory / NODE.cores, NODE.disk)
         await local.backend.submit(request(cores=1))
         assert (await local.worker()).capacity == size

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slurm
 NODE_CPUS = 16
 # A worker: says which part of the node it holds, then waits to be released.
 SHARE = (
-    "import os; from backends.slurm_script import node_share_from_env as share; "
+    "import os; from orchestrator.agent.worker import node_share_from_env as share; "
     "print(share(os.environ))"
 )
 WORKER = WorkerLaunch(

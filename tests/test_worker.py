@@ -13,6 +13,7 @@ import pytest
 from strangers import intrude
 
 from backends import clock
+from backends.cores import CoreSet
 from learners.resources import Resources
 from orchestrator.agent import protocol, taskrun
 from orchestrator.agent.attempt import AttemptSpec, Outcome
@@ -23,7 +24,6 @@ from orchestrator.agent.worker import (
     EXIT_REFUSED,
     EXIT_USAGE,
     Agent,
-    CoreSet,
     OptionsError,
     WorkerOptions,
     detect_capacity,

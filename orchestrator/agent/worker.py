@@ -40,7 +40,8 @@ import psutil
 import typer
 
 from backends import clock
-from backends.base import WorkerLaunch, WorkerPlace
+from backends.base import NodeShare, WorkerLaunch, WorkerPlace
+from backends.cores import CoreSet
 from learners.resources import PACKED, Resources
 from orchestrator.agent import protocol
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
@@ -148,6 +149,27 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class NotAJobStep(ValueError):
+    """The worker was not started by srun: Slurm's environment tells nothing of its share."""
+
+
+def node_share_from_env(environ: Mapping[str, str]) -> NodeShare:
+    """The part of its node a worker that a pilot's batch script started holds.
+
+    srun sets ``SLURM_CPUS_ON_NODE`` to the job's CPUs on this node (all of them, given
+    ``--whole``), and ``SLURM_MEM_PER_NODE`` or ``SLURM_MEM_PER_CPU`` from ``--mem``,
+    ``--mem-per-cpu`` or the cluster's default (memory 0 when neither is set).
+    """
+    cpus = _slurm_number(environ, "SLURM_CPUS_ON_NODE")
+    if cpus is None:
+        raise NotAJobStep("not inside a Slurm job step: SLURM_CPUS_ON_NODE is not set")
+    memory = _slurm_number(environ, "SLURM_MEM_PER_NODE")
+    if memory is None:
+        memory = (_slurm_number(environ, "SLURM_MEM_PER_CPU") or 0.0) * cpus
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return NodeShare(node, int(cpus), int(memory))
+
+
 def detect_capacity(
     environ: Mapping[str, str],
     root: Path,
@@ -159,17 +181,15 @@ def detect_capacity(
 
     Disk is the free space under the sandbox root.
     """
+    try:
+        share: NodeShare | None = node_share_from_env(environ)
+    except NotAJobStep:
+        share = None
     if cores is None:
-        cores = _slurm_number(environ, "SLURM_CPUS_ON_NODE")
-    if cores is None:
-        cores = float(len(os.sched_getaffinity(0)))
+        cores = float(share.cores if share else len(os.sched_getaffinity(0)))
     if memory is None:
-        memory = _slurm_number(environ, "SLURM_MEM_PER_NODE")
-    if memory is None:
-        per_cpu = _slurm_number(environ, "SLURM_MEM_PER_CPU")
-        memory = None if per_cpu is None else per_cpu * cores
-    if memory is None:
-        memory = psutil.virtual_memory().available / MB
+        known = share.memory_mb if share else 0
+        memory = float(known) if known else psutil.virtual_memory().available / MB
     if disk is None:
         disk = shutil.disk_usage(root).free / MB
     capacity = Resources(cores, memory, disk)
@@ -265,30 +285,6 @@ def make_options(
         monitor=monitor,
         cgroups=cgroups,
     )
-
-
-class CoreSet:
-    """Which of the worker's cores each task is pinned to: the least loaded ones.
-
-    A task of ``c`` cores gets ``ceil(c)`` cores, each loaded by ``c / ceil(c)``;
-    with whole-core allocations within capacity every task has cores of its own.
-    """
-
-    def __init__(self, cpus: Sequence[int]) -> None:
-        self.load = dict.fromkeys(sorted(cpus), 0.0)
-
-    def take(self, cores: float) -> frozenset[int] | None:
-        if cores <= 0 or not self.load:
-            return None
-        count = min(len(self.load), max(1, math.ceil(cores - 1e-9)))
-        chosen = sorted(self.load, key=lambda cpu: (self.load[cpu], cpu))[:count]
-        for cpu in chosen:
-            self.load[cpu] += cores / count
-        return frozenset(chosen)
-
-    def give(self, cpus: frozenset[int] | None, cores: float) -> None:
-        for cpu in cpus or ():
-            self.load[cpu] -= cores / len(cpus)
 
 
 class Agent:
