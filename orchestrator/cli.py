@@ -264,6 +264,12 @@ def validate(
     )
 
 
+KEEP_SANDBOXES = "failure"
+"""Which attempts' scratch directories a run's workers keep, unless told."""
+MANAGER_GRACE_S = 600.0
+"""How long a run's workers wait for a manager that is gone, unless told."""
+
+
 @app.command()
 def run(
     file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
@@ -301,7 +307,7 @@ def run(
             help="Local, slurm: which attempts' scratch directories ($LEADTIME_SCRATCH, with "
             "their stdout and stderr) stay after they end.",
         ),
-    ] = "failure",
+    ] = KEEP_SANDBOXES,
     bind: Annotated[
         str | None,
         typer.Option(
@@ -327,7 +333,7 @@ def run(
             "(for `leadtime resume` to take them over) before they end, and their pilots "
             "with them (s).",
         ),
-    ] = 600.0,
+    ] = MANAGER_GRACE_S,
     learner_scope: LearnerScope = None,
     resume: Annotated[
         bool,
@@ -371,8 +377,8 @@ def run(
         "--bind": ("bind", bind is not None),
         "--sbatch-option": ("sbatch_options", bool(sbatch_option)),
         "--oversubscribe": ("oversubscribe", oversubscribe),
-        "--keep-sandboxes": ("worker_args", keep_sandboxes != "failure"),
-        "--manager-grace": ("worker_args", manager_grace != 600.0),
+        "--keep-sandboxes": ("worker_args", keep_sandboxes != KEEP_SANDBOXES),
+        "--manager-grace": ("worker_args", manager_grace != MANAGER_GRACE_S),
     }
     given = {flag: field for flag, (field, set_) in flags.items() if set_}
     config = RunConfig(

@@ -145,3 +145,19 @@ def test_the_built_in_backends_options_survive_their_record():
         assert options_of(json.loads(json.dumps(options_json(options)))) == options
     with pytest.raises(ValueError, match="unknown backend 'nope'; choose one of mock"):
         backend_options("nope")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sbatch-option=--account=p"], "--sbatch-option is for --backend slurm"),
+        (["--keep-sandboxes", "always"], "--keep-sandboxes is for --backend local or slurm"),
+        (["--backend", "local", "--load", "0.5"], "--load is for --backend mock"),
+        (["--backend", "slurm", "--trace", "KTH"], "--trace is for --backend mock"),
+    ],
+)
+def test_a_backend_s_flag_given_to_another_is_a_one_line_error(cli, args, message):
+    done = cli("run", str(example("blast")), "--quiet", *args)
+    assert done.exit_code == 2
+    assert message in done.output
+    assert "Traceback" not in done.output
