@@ -2,15 +2,22 @@
 
 A backend submits pilot jobs, cancels or releases them, and reports every
 change of a job's state. Times are on the running loop's clock
-(:func:`orchestrator.clock.now`), so simulated and real runs compare.
+(:func:`backends.clock.now`), so simulated and real runs compare.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import math
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
+
+from learners.resources import Resources
+
+if TYPE_CHECKING:
+    from workflows.spec import Allocation
 
 DependencyKind = Literal["afterok", "afterany", "after", "afternotok"]
 DependencyStatus = Literal["ok", "wait", "never"]
@@ -138,11 +145,39 @@ class SubmitError(Exception):
         self.option = option
 
 
+def node_share(
+    cores: int, nodes: int | None, memory_mb: float | None, node: Resources
+) -> Resources:
+    """The largest worker a pilot of ``cores`` over ``nodes`` (None: wherever the scheduler
+    puts them) brings on a node like ``node``: its cores there (at most the node's), their
+    share of the pilot's memory (of the node's memory, a core's share for each, where the
+    pilot leaves memory unset), whole MB, and the node's disk."""
+    per_node = min(cores / (nodes or 1), node.cores)
+    if memory_mb is None:
+        memory = node.memory * per_node / node.cores
+    else:
+        memory = memory_mb * per_node / cores
+    return Resources(per_node, math.floor(memory), node.disk)
+
+
+NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
+"""A node as large as any stage may ask, where a backend cannot tell its nodes' size."""
+
+
 class BatchBackend(Protocol):
     """Where pilots come from: the simulated cluster, local processes or Slurm."""
 
     name: str
     simulated: bool
+    """Its workers come with their pilots, on virtual time (else they connect to a manager)."""
+    true_wait: Callable[[Allocation], float] | None
+    """The wait a pilot of an allocation submitted now would have, where the backend knows it
+    (the simulated cluster's what-if replay, which the oracle plans with); else None."""
+
+    async def largest_node(self, partitions: set[str | None]) -> Resources | None:
+        """The largest node of ``partitions`` (None: the default partition), the size a
+        stage's workers are planned with before any has arrived; None where it cannot tell."""
+        ...
 
     async def submit(self, request: PilotRequest) -> str:
         """Submit a pilot; return its job id. Raises :class:`SubmitError` on rejection."""
@@ -158,10 +193,6 @@ class BatchBackend(Protocol):
 
     async def release(self, job_id: str) -> None:
         """End a pilot that is no longer needed: a running one ends COMPLETED."""
-        ...
-
-    async def info(self, job_id: str) -> JobInfo:
-        """The job's current state."""
         ...
 
     def updates(self) -> AsyncIterator[JobInfo]:
@@ -191,3 +222,91 @@ class BatchBackend(Protocol):
 
 class ResumeRefused(Exception):
     """This backend cannot take over the pilots of an earlier manager."""
+
+
+class Workers(StrEnum):
+    """How a backend's workers arrive."""
+
+    @property
+    def simulated(self) -> bool:
+        return self is Workers.SIMULATED
+
+    SIMULATED = "simulated"
+    """With their pilot, on virtual time: no manager, no process."""
+    THIS_HOST = "this-host"
+    """Processes on this machine that connect to the run's manager (by loopback by default)."""
+    CLUSTER = "cluster"
+    """Processes on the cluster's nodes that connect to the run's manager over the network."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlace:
+    """What a backend tells a worker that no batch system tells (local processes): its
+    pilot's job id (the one name a pilot has; Slurm's workers read theirs from
+    ``$SLURM_JOB_ID``, simulated ones are given it), its own id, its share of the node, when
+    its pilot ends (Unix time) and when it stops taking tasks before, where its sandboxes go."""
+
+    pilot: str
+    worker: str
+    capacity: Resources
+    end_time: float
+    drain_margin_s: float
+    root: Path
+
+
+def _told_nothing(place: WorkerPlace) -> tuple[str, ...]:
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLaunch:
+    """How a pilot starts a worker, as the orchestrator hands it to a backend (as Parsl hands
+    its providers a command line): ``argv``, run once per node, with ``env`` added to the
+    environment the batch system gives it, and ``place_args``, the arguments that tell a
+    worker its :class:`WorkerPlace` where the backend knows it. The run's secret travels in a
+    file or ``env``, never in ``argv``: any user can read a command line."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    place_args: Callable[[WorkerPlace], Sequence[str]] = _told_nothing
+
+    def command(self, place: WorkerPlace) -> tuple[str, ...]:
+        """The command line of the worker at ``place``."""
+        return (*self.argv, *self.place_args(place))
+
+
+@dataclass(frozen=True, slots=True)
+class RunSite:
+    """Where a backend opened for a run works: the run's directory (pilot output, records)
+    and how its pilots start workers (None for simulated workers)."""
+
+    run_dir: Path
+    launch: WorkerLaunch | None = None
+
+
+class BackendOptions(Protocol):
+    """A backend as a plugin: its options, a frozen dataclass of plain values (what the CLI
+    fills and a run's record keeps), which open the backend for a run.
+
+    Registering the class (:func:`backends.registry.register`) is all it takes to add a
+    backend: its ``name`` is then a ``--backend`` of the CLI, and its fields are options.
+    """
+
+    name: ClassVar[str]
+    workers: ClassVar[Workers]
+
+    def open(self, site: RunSite) -> BatchBackend:
+        """The backend, ready to submit pilots for the run at ``site``."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteOptions:
+    """The options every backend shares whose workers connect to the run's manager."""
+
+    bind: str | None = None
+    """Address the manager listens on; by default 127.0.0.1 for workers on this host, and
+    this host's address as other nodes reach it (its name resolved) for a cluster's."""
+    worker_args: tuple[str, ...] = ()
+    """More ``leadtime worker`` options for every worker (``--sample-interval 0.2``, say)."""
+    heartbeat_s: float = 5.0

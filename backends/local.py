@@ -2,7 +2,7 @@
 
 A pilot is ``nodes`` (default one) ``leadtime worker`` processes, each given
 its share of the pilot's cores and memory, CPUs of its own (as a Slurm
-cpuset would), the pilot's end time and its name as the pilot id; the
+cpuset would), the pilot's end time and its job id (its name) as the pilot id; the
 processes connect to the run's manager like the workers of a Slurm pilot.
 Nothing queues: a pilot starts the moment it is submitted, or the moment its
 dependency is satisfied, with Slurm's meaning of ``after``, ``afterany``,
@@ -30,33 +30,58 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import signal
 import socket
-import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import psutil
 
-from backends.base import JobInfo, JobState, PilotRequest, SubmitError, dependency_status
+from backends import clock
+from backends.base import (
+    JobInfo,
+    JobState,
+    PilotRequest,
+    RemoteOptions,
+    RunSite,
+    SubmitError,
+    WorkerLaunch,
+    WorkerPlace,
+    Workers,
+    dependency_status,
+    node_share,
+)
+from backends.cores import CoreSet
 from learners.resources import Resources
-from orchestrator import clock
 
 log = logging.getLogger(__name__)
 
 MB = 2**20
-WORKER_COMMAND = (sys.executable, "-m", "orchestrator.worker")
-"""``leadtime worker``, run by the interpreter of this process (whatever its PATH)."""
 DRAIN_FRACTION = 0.1
 """A worker stops taking tasks this fraction of its pilot's time limit before the end (at
 most the worker's default minute), so that short local pilots still get work."""
 
 Stop = Literal["release", "cancel", "timeout"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalOptions(RemoteOptions):
+    """Pilots as processes on this machine, workers connecting to this process."""
+
+    name: ClassVar[str] = "local"
+    workers: ClassVar[Workers] = Workers.THIS_HOST
+
+    oversubscribe: bool = False
+    """Let a pilot ask for more cores than this machine has."""
+
+    def open(self, site: RunSite) -> LocalBackend:
+        if site.launch is None:
+            raise ValueError("local pilots need a worker launch")
+        return LocalBackend(site.launch, site.run_dir, oversubscribe=self.oversubscribe)
 
 
 def this_machine(work_dir: Path) -> Resources:
@@ -99,16 +124,10 @@ class _Pilot:
 
 
 class LocalBackend:
-    """Pilots as ``leadtime worker`` processes on this machine, working for ``manager``.
-
-    ``manager`` is the ``HOST:PORT`` the workers connect to; ``worker_args``
-    are more ``leadtime worker`` options every worker gets (sampling, say).
-    The backend adds each worker's ``--pilot-id``, ``--worker-id``,
-    ``--cores``, ``--memory``, ``--end-time``, ``--drain-margin`` and
-    ``--root`` (``run_dir/<pilot>/<worker>``). A pilot's output goes to
-    ``run_dir/<pilot>.out``. ``worker_env`` is added to the workers'
-    environment: the place for the run's secret, which never goes on a
-    command line. A pilot may ask for at most the machine's cores (any number
+    """Pilots as worker processes on this machine, each started by ``launch``, told its
+    place (:class:`~backends.base.WorkerPlace`: the pilot's job id, its share of the
+    pilot, the pilot's end, its root ``run_dir/<pilot>/<worker>``). A pilot's output goes to
+    ``run_dir/<pilot>.out``. A pilot may ask for at most the machine's cores (any number
     with ``oversubscribe``) and its memory; one that leaves memory unset gets
     the machine's memory per core for each of its cores. Partition, account,
     QOS and extra sbatch options mean nothing here and are ignored.
@@ -116,37 +135,29 @@ class LocalBackend:
 
     name = "local"
     simulated = False
+    true_wait = None
 
     def __init__(
         self,
-        manager: str | Path,
+        launch: WorkerLaunch,
         run_dir: str | Path,
         *,
-        worker_args: Sequence[str] = (),
-        worker_env: Mapping[str, str] | None = None,
         oversubscribe: bool = False,
         kill_grace_s: float = 10.0,
         node: Resources | None = None,
     ) -> None:
-        self.manager = (
-            ("--manager-file", str(manager))
-            if isinstance(manager, Path)
-            else ("--manager", manager)
-        )
-        """How workers find their manager: its address, or a file holding it."""
+        self.launch = launch
         self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.worker_args = tuple(worker_args)
-        self.worker_env = dict(worker_env or {})
         self.oversubscribe = oversubscribe
         self.kill_grace_s = kill_grace_s
         self.node = node or this_machine(self.run_dir)
         """This machine, as far as pilots go: their cores, memory and disk."""
         self._pilots: dict[str, _Pilot] = {}
-        self._cpu_use = dict.fromkeys(sorted(os.sched_getaffinity(0)), 0)
-        """Workers pinned to each CPU of this machine."""
-        self._cpus: dict[int, list[int]] = {}
-        """The CPUs of each running worker, by process id."""
+        self._cores = CoreSet(os.sched_getaffinity(0))
+        """This machine's CPUs, as its running workers hold them."""
+        self._cpus: dict[int, tuple[frozenset[int] | None, float]] = {}
+        """The CPUs of each running worker and its cores, by process id."""
         self._updates: asyncio.Queue[JobInfo] = asyncio.Queue()
         self._closed = False
 
@@ -220,6 +231,10 @@ class LocalBackend:
     async def cluster_name(self) -> str:
         return f"local:{socket.gethostname()}"
 
+    async def largest_node(self, partitions: set[str | None]) -> Resources:
+        """This machine: there are no partitions."""
+        return self.node
+
     async def reattach(
         self, request: PilotRequest, job_id: str | None, submitted: float
     ) -> str | None:
@@ -273,16 +288,6 @@ class LocalBackend:
         """The process ids of the pilot's workers that were started."""
         return [p.pid for p in self._pilot(job_id).processes]
 
-    def worker_size(self, request: PilotRequest) -> Resources:
-        """What each worker of ``request`` gets: its share of the pilot's cores and memory."""
-        nodes = request.nodes or 1
-        cores = request.cores / nodes
-        if request.memory_mb is None:
-            memory = math.floor(self.node.memory / self.node.cores * cores)
-        else:
-            memory = request.memory_mb / nodes
-        return Resources(cores, float(memory), self.node.disk)
-
     # -- inside ------------------------------------------------------------------------
 
     def _pilot(self, job_id: str) -> _Pilot:
@@ -323,27 +328,19 @@ class LocalBackend:
     async def _run(self, pilot: _Pilot) -> None:
         """Start the pilot's workers, wait for all of them, end the pilot as they ended."""
         request = pilot.request
-        size = self.worker_size(request)
+        size = node_share(request.cores, request.nodes, request.memory_mb, self.node)
         assert pilot.start_time is not None
         end = clock.to_epoch(pilot.start_time + request.time_limit_s)
         drain = min(60.0, DRAIN_FRACTION * request.time_limit_s)
-        env = {**os.environ, **self.worker_env}
+        env = {**os.environ, **self.launch.env}
         pilot_dir = self.run_dir / request.name
         try:
             with open(self.run_dir / f"{request.name}.out", "ab") as out:
                 for i in range(request.nodes or 1):
                     worker_id = f"{request.name}.{i}"
-                    command = [
-                        *WORKER_COMMAND,
-                        *self.manager,
-                        *self.worker_args,
-                        *("--pilot-id", request.name, "--worker-id", worker_id),
-                        # repr: the worker must get exactly what the sizer was told
-                        *("--cores", repr(size.cores), "--memory", repr(size.memory)),
-                        *("--disk", repr(size.disk)),
-                        *("--end-time", repr(end), "--drain-margin", repr(drain)),
-                        *("--root", str(pilot_dir / worker_id)),
-                    ]
+                    root = pilot_dir / worker_id
+                    place = WorkerPlace(pilot.job_id, worker_id, size, end, drain, root)
+                    command = self.launch.command(place)
                     process = await asyncio.create_subprocess_exec(
                         *command,
                         stdin=asyncio.subprocess.DEVNULL,
@@ -359,7 +356,7 @@ class LocalBackend:
                     elif pilot.stop is not None:
                         _signal(process.pid, signal.SIGTERM)
         except OSError as e:
-            pilot.start_error = f"cannot start {WORKER_COMMAND[0]}: {e}"
+            pilot.start_error = f"cannot start {self.launch.argv[0]}: {e}"
             log.error("pilot %s: %s", request.name, pilot.start_error)
             for process in pilot.processes:
                 _kill_tree(process.pid)
@@ -394,18 +391,16 @@ class LocalBackend:
 
         Set as the worker starts, long before it reads its CPUs (after its imports).
         """
-        count = min(len(self._cpu_use), max(1, math.ceil(cores - 1e-9)))
-        cpus = sorted(self._cpu_use, key=lambda cpu: (self._cpu_use[cpu], cpu))[:count]
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(process.pid, cpus)
-        for cpu in cpus:
-            self._cpu_use[cpu] += 1
-        self._cpus[process.pid] = cpus
+        cpus = self._cores.take(cores)
+        if cpus is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(process.pid, cpus)
+        self._cpus[process.pid] = (cpus, cores)
 
     async def _wait(self, process: asyncio.subprocess.Process | _Adopted) -> int | None:
         code = await process.wait()
-        for cpu in self._cpus.pop(process.pid, ()):
-            self._cpu_use[cpu] -= 1
+        if process.pid in self._cpus:
+            self._cores.give(*self._cpus.pop(process.pid))
         return code
 
     def _final_state(self, pilot: _Pilot, codes: Sequence[int | None]) -> JobState:

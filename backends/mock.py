@@ -11,19 +11,90 @@ the background load's warm-up at full speed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
-from backends.base import JobInfo, JobState, NodeShare, PilotRequest, ResumeRefused, SubmitError
+from backends.base import (
+    JobInfo,
+    JobState,
+    NodeShare,
+    PilotRequest,
+    ResumeRefused,
+    RunSite,
+    SubmitError,
+    Workers,
+)
 from backends.simulator import INF, Priority, SimJob, Simulator
 from backends.site import NO_POLICY, QueueModel, SitePolicy
 from backends.swf import SwfTrace, load_trace
-from backends.workload import WEEK, Background, ClusterSpec, TraceReplay
+from backends.workload import WEEK, Background, ClusterSpec, SyntheticLoad, TraceReplay
+from learners.resources import Resources
 from workflows.spec import Allocation
 
 #: The cluster of a mock without background load nor an explicit cluster.
 DEFAULT_CLUSTER = ClusterSpec(nodes=16, cores_per_node=32)
+DISK_MB = 1_000_000.0
+"""Scratch disk of a simulated node (1 TB)."""
+TRACES = ("HPC2N", "KTH", "CTC")
+"""The queue logs shipped with leadtime (:mod:`backends.swf`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MockOptions:
+    """The simulated cluster: a replayed trace, or synthetic load on a given cluster."""
+
+    name: ClassVar[str] = "mock"
+    workers: ClassVar[Workers] = Workers.SIMULATED
+
+    trace: str | None = None
+    """HPC2N, KTH, CTC or the path of an SWF file; None for synthetic load."""
+    load: float = 0.7
+    """Synthetic utilisation of the cluster (0 for an idle cluster) when no trace is given."""
+    trace_load: float = 1.0
+    """Arrival-rate factor of the replayed trace (1: as recorded)."""
+    cluster: ClusterSpec | None = None
+    priority: str = "submit"
+    queue_model: str = QueueModel.SITE
+    """How the replayed log is scheduled: ``site`` (the log's per-user limits, node
+    granularity and cancelled jobs), ``fair-share`` (and Slurm's fair-share priority) or
+    ``easy`` (FIFO and EASY backfill alone); synthetic load is always ``easy``."""
+    offset: float | None = None
+    warmup: float | None = None
+    cluster_scale: int = 1
+    seed: int = 0
+
+    def open(self, site: RunSite | None = None) -> MockSlurm:
+        """The simulated cluster (it lives in memory: ``site`` is not used)."""
+        common: dict[str, Any] = {"priority": self.priority}
+        if self.trace is not None:
+            extra = {} if self.warmup is None else {"warmup": self.warmup}
+            log, policy = _log_and_policy(self.trace, self.queue_model)
+            replay = TraceReplay(
+                log,
+                offset=self.offset,
+                scale=self.cluster_scale,
+                load=self.trace_load,
+                site=policy,
+                **extra,
+            )
+            return MockSlurm(self.cluster, background=replay, **common)
+        if self.load <= 0:
+            return MockSlurm(self.cluster, **common)
+        cluster = self.cluster or ClusterSpec(nodes=64, cores_per_node=32)
+        load = SyntheticLoad(utilisation=self.load, seed=self.seed, cluster=cluster)
+        return MockSlurm(cluster, background=load, **common)
+
+
+@functools.lru_cache(maxsize=8)
+def _log_and_policy(trace: str, model: str) -> tuple[SwfTrace, SitePolicy]:
+    """A log and the policy ``model`` reads from it, once per process (a comparison replays
+    the same log in every run)."""
+    log = load_trace(trace)
+    return log, SitePolicy.of(model, log)
 
 
 class MockSlurm:
@@ -114,6 +185,13 @@ class MockSlurm:
         )
         size = f"{c.nodes}x{c.cores_per_node}:{c.memory_per_node_mb}M"
         return f"simulated:{what}:{size}:{self._options['priority']}"
+
+    async def largest_node(self, partitions: set[str | None]) -> Resources:
+        """Every node of the simulated cluster is the same; one that leaves memory unset has
+        4 GB a core."""
+        c = self.cluster
+        memory = c.memory_per_node_mb or 4096.0 * c.cores_per_node
+        return Resources(c.cores_per_node, memory, DISK_MB)
 
     async def reattach(
         self, request: PilotRequest, job_id: str | None, submitted: float

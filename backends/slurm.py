@@ -24,12 +24,22 @@ import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
-from backends.base import JobInfo, JobState, PilotRequest, SubmitError
+from backends import clock
+from backends.base import (
+    NODE,
+    JobInfo,
+    JobState,
+    PilotRequest,
+    RemoteOptions,
+    RunSite,
+    SubmitError,
+    WorkerLaunch,
+    Workers,
+)
 from backends.slurm_jobs import (
     JobRecord,
-    NodeSize,
     SlurmOutputError,
     SlurmReportedError,
     parse_scontrol,
@@ -37,7 +47,7 @@ from backends.slurm_jobs import (
     parse_squeue_json,
 )
 from backends.slurm_script import batch_script, rejection, sbatch_arguments
-from orchestrator import clock
+from learners.resources import Resources
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -53,8 +63,6 @@ _TRANSIENT = re.compile(
 # How far a lost submission's SubmitTime may precede our first sbatch (clock skew between
 # this host and the controller's).
 _CLOCK_SLACK_S = 120.0
-
-OnSubmitted = Callable[[PilotRequest, str], Awaitable[None]]
 
 
 class SlurmError(RuntimeError):
@@ -95,6 +103,29 @@ class Backoff:
     give_up_s: float = 300.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class SlurmOptions(RemoteOptions):
+    """Pilots as Slurm batch jobs, workers connecting to this process from the compute nodes."""
+
+    name: ClassVar[str] = "slurm"
+    workers: ClassVar[Workers] = Workers.CLUSTER
+
+    sbatch_options: tuple[str, ...] = ()
+    """Added to every pilot's sbatch command line (``--account=proj``, ``--constraint=x``)."""
+    poll_interval_s: float = 2.0
+    """Seconds between two ``squeue`` readings of the run's jobs."""
+
+    def open(self, site: RunSite) -> SlurmBackend:
+        if site.launch is None:
+            raise ValueError("Slurm pilots need a worker launch")
+        return SlurmBackend(
+            site.launch,
+            site.run_dir,
+            sbatch_options=self.sbatch_options,
+            poll_interval_s=self.poll_interval_s,
+        )
+
+
 @dataclass(slots=True)
 class _Release:
     first: float
@@ -102,37 +133,33 @@ class _Release:
 
 
 class SlurmBackend:
-    """Pilots as Slurm batch jobs, each starting ``worker_command`` once per allocated node.
+    """Pilots as Slurm batch jobs, each starting ``launch`` once per allocated node.
 
-    ``run_dir`` receives the jobs' output files (``<name>-<jobid>.out``). ``worker_env`` is
-    exported to the workers; ``sbatch_options`` are added to every submission. A running
+    ``run_dir`` receives the jobs' output files (``<name>-<jobid>.out``); ``sbatch_options``
+    are added to every submission. A running
     pilot that is released gets SIGTERM again every ``release_resend_s`` (a signal sent
     before its job step exists is lost) and is cancelled after ``release_timeout_s``.
-    ``on_submitted(request, job_id)`` is awaited as soon as a job id is known, before the
-    job is tracked: the place to store it.
     """
 
     name = "slurm"
     simulated = False
+    true_wait = None
 
     def __init__(
         self,
-        worker_command: Sequence[str],
+        launch: WorkerLaunch,
         run_dir: str | Path,
         *,
-        worker_env: Mapping[str, str] | None = None,
         sbatch_options: Sequence[str] = (),
         poll_interval_s: float = 2.0,
         release_resend_s: float = 10.0,
         release_timeout_s: float = 300.0,
         backoff: Backoff | None = None,
         commands: SlurmCommands | None = None,
-        on_submitted: OnSubmitted | None = None,
     ) -> None:
-        if not worker_command:
-            raise ValueError("worker_command is empty: a pilot must start some worker")
-        self.worker_command = tuple(worker_command)
-        self.worker_env = dict(worker_env or {})
+        if not launch.argv:
+            raise ValueError("the worker's command is empty: a pilot must start some worker")
+        self.launch = launch
         self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.sbatch_options = tuple(sbatch_options)
@@ -141,7 +168,6 @@ class SlurmBackend:
         self.release_timeout_s = release_timeout_s
         self.backoff = backoff or Backoff()
         self.commands = commands or SlurmCommands()
-        self.on_submitted = on_submitted
         self._uid = os.getuid()
         self._known: set[str] = set()
         self._active: dict[str, None] = {}  # an ordered set: updates come in submission order
@@ -163,10 +189,7 @@ class SlurmBackend:
             job_id = await self._submit(request, args, script)
         finally:
             self._submitting.discard(key)
-        self._known.add(job_id)  # before the hook awaits: no other submission may claim it
-        if self.on_submitted is not None:
-            await self.on_submitted(request, job_id)
-        self.track(job_id)
+        self._track(job_id)
         return job_id
 
     async def check(self, request: PilotRequest) -> None:
@@ -191,7 +214,7 @@ class SlurmBackend:
         await self._retrying(f"release job {job_id}", lambda: self._signal(job_id))
         now = clock.now()
         self._releases[job_id] = _Release(first=now, last=now)
-        self.track(job_id)
+        self._track(job_id)
 
     async def info(self, job_id: str) -> JobInfo:
         return (await self._current(job_id)).info()
@@ -231,13 +254,14 @@ class SlurmBackend:
                 return None
             else:
                 await clock.sleep(self.poll_interval_s)
-        self.track(job_id)
+        self._track(job_id)
         return job_id
 
     # -- beyond the protocol: re-attaching after a restart -------------------------------
 
-    def track(self, job_id: str) -> None:
-        """Report this job's changes in :meth:`updates` (e.g. a live pilot after a resume)."""
+    def _track(self, job_id: str) -> None:
+        """Report this job's changes in :meth:`updates` (a pilot submitted, or a live one
+        taken over by a resumed run)."""
         self._known.add(job_id)
         if job_id in self._records and self._records[job_id].state.finished:
             return
@@ -251,13 +275,17 @@ class SlurmBackend:
         records = await self._retrying("list jobs", self._squeue)
         return [r.job_id for r in self._matching(records, name, comment)]
 
-    async def node_size(self, partitions: set[str | None]) -> NodeSize | None:
-        """The largest node of ``partitions`` (None: the default partition), by sinfo: the
-        size a stage's workers are planned with before any has arrived."""
+    async def largest_node(self, partitions: set[str | None]) -> Resources | None:
+        """The largest node of ``partitions`` (None: the default partition), by sinfo (a node
+        whose local disk sinfo does not know is given :data:`~backends.base.NODE`'s)."""
 
-        async def ask() -> NodeSize | None:
+        async def ask() -> Resources | None:
             out = await self._run(self.commands.sinfo, "-h", "-o", "%P %c %m %d")
-            return parse_sinfo_nodes(out, partitions)
+            size = parse_sinfo_nodes(out, partitions)
+            if size is None:
+                return None
+            disk = float(size.tmp_disk_mb or NODE.disk)
+            return Resources(size.cpus, float(size.memory_mb), disk)
 
         return await self._retrying("list partitions", ask)
 
@@ -377,7 +405,7 @@ class SlurmBackend:
     def _job(self, request: PilotRequest) -> tuple[list[str], str]:
         """sbatch's arguments and the batch script of ``request``'s pilot."""
         args = sbatch_arguments(request, self.run_dir, self.sbatch_options)
-        return args, batch_script(request.name, self.worker_command, self.worker_env)
+        return args, batch_script(request.name, self.launch.argv, self.launch.env)
 
     async def _sbatch(self, args: list[str], script: str, *flags: str) -> str:
         """Run sbatch; a refusal becomes a :class:`SubmitError` naming the option."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from backends import clock
 from backends.base import JobInfo, JobState, NodeShare
-from orchestrator import clock
 
 # Every state string Slurm prints (base states and the flags that replace them), mapped onto
 # the protocol's states. A job that still holds its nodes counts as RUNNING.

@@ -3,8 +3,9 @@
 The batch script starts one worker per allocated node with ``srun --ntasks-per-node=1
 --whole``: ``--whole`` gives that one task every CPU and all memory the job holds on its
 node, however unevenly ``--ntasks`` placement spread the cores. A worker learns its share
-from the environment srun gives it (:func:`node_share_from_env`), and its end time from
-``SLURM_JOB_END_TIME``, which the script sets from squeue where Slurm does not (before 23.02).
+from the environment srun gives it (``orchestrator.agent.worker.node_share_from_env``), its
+pilot's job id from ``SLURM_JOB_ID``, and its end time from ``SLURM_JOB_END_TIME``, which the
+script sets from squeue where Slurm does not (before 23.02).
 
 A release signals the workers with SIGTERM (``scancel --signal=TERM``, which by default
 spares the batch shell). A worker stops and exits 0; one that dies of the signal before it
@@ -20,7 +21,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from backends.base import NodeShare, PilotRequest, SubmitError
+from backends.base import PilotRequest, SubmitError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -140,22 +141,3 @@ def rejection(stderr: str, args: Sequence[str] = ()) -> SubmitError:
         used = {a.split("=", 1)[0] for a in args}
         return SubmitError(message, option=next((o for o in options if o in used), options[0]))
     return SubmitError(message)
-
-
-def node_share_from_env(env: Mapping[str, str]) -> NodeShare:
-    """The part of its node a worker started by the batch script holds.
-
-    srun sets ``SLURM_CPUS_ON_NODE`` to the job's CPUs on this node (all of them, given
-    ``--whole``), and ``SLURM_MEM_PER_NODE`` or ``SLURM_MEM_PER_CPU`` from ``--mem``,
-    ``--mem-per-cpu`` or the cluster's default (memory 0 when neither is set).
-    """
-    try:
-        node = env["SLURMD_NODENAME"]
-        cpus = int(env["SLURM_CPUS_ON_NODE"])
-    except KeyError as e:
-        raise ValueError(f"not inside a Slurm job step: {e.args[0]} is not set") from None
-    if "SLURM_MEM_PER_NODE" in env:
-        memory = int(env["SLURM_MEM_PER_NODE"])
-    else:
-        memory = int(env.get("SLURM_MEM_PER_CPU", 0)) * cpus
-    return NodeShare(node=node, cores=cpus, memory_mb=memory)

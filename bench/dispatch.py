@@ -29,7 +29,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from orchestrator import clock
+from backends import clock
 
 SYSTEMS = ("leadtime", "parsl", "dask")
 COMMAND = "true"
@@ -41,7 +41,8 @@ def cpu_seconds() -> float:
 
 
 def measure_leadtime(tasks: int) -> dict[str, object]:
-    from orchestrator.session import LocalOptions, RunConfig, execute
+    from backends.local import LocalOptions
+    from orchestrator.session import RunConfig, execute
     from orchestrator.store import Store
     from workflows.spec import loads
 
@@ -62,9 +63,7 @@ def measure_leadtime(tasks: int) -> dict[str, object]:
         )
     )
     with tempfile.TemporaryDirectory(prefix="leadtime-dispatch-") as tmp:
-        config = RunConfig(
-            backend="local", strategy="per-stage", local=LocalOptions(), workdir=Path(tmp)
-        )
+        config = RunConfig(strategy="per-stage", backend=LocalOptions(), workdir=Path(tmp))
 
         async def main():
             async with await Store.open(Path(tmp) / "store.db") as store:

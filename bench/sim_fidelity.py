@@ -30,11 +30,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from backends import clock
 from backends.simulator import Simulator
 from backends.site import NO_POLICY, QueueModel, SitePolicy, cancelled_before_start
 from backends.swf import RecordedSchedule, SwfTrace, load_trace
 from backends.workload import ClusterSpec, JobStream, replayable
-from orchestrator import clock
 
 
 def ranks(x: np.ndarray) -> np.ndarray:

@@ -13,11 +13,11 @@ import json
 
 import numpy as np
 
+from backends import clock
 from backends.simulator import Simulator
 from backends.site import QueueModel, SitePolicy
 from backends.swf import load_trace
 from backends.workload import ClusterSpec, JobStream
-from orchestrator import clock
 
 
 def measure(

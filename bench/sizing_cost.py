@@ -20,8 +20,8 @@ import sys
 
 import numpy as np
 
+from backends import clock
 from learners.sizing.bucketing import Bucketing
-from orchestrator import clock
 
 RECORDS = (10, 200, 1000, 2000, 5000, 100_000)
 PAPER_US = {

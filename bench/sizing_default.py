@@ -31,8 +31,8 @@ import statistics
 import sys
 from collections import defaultdict
 
+from backends import clock
 from learners.sizing import DEFAULT_SIZER, SIZERS
-from orchestrator import clock
 from workflows.sizing_bench import PAPER_WORKER, bench_sizing, widened
 from workflows.traces import all_traces, load_trace
 

@@ -31,8 +31,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-from orchestrator import clock
-from orchestrator.session import RunConfig, SlurmOptions, execute
+from backends import clock
+from backends.slurm import SlurmOptions
+from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import Workflow, loads
 
@@ -152,9 +153,8 @@ class Row:
 async def run_leadtime(strategy: str, run: int, root: Path) -> Row:
     run_id = f"bench{uuid.uuid4().hex[:8]}"
     config = RunConfig(
-        backend="slurm",
         strategy=strategy,
-        slurm=SlurmOptions(bind="127.0.0.1", poll_interval_s=0.5),
+        backend=SlurmOptions(bind="127.0.0.1", poll_interval_s=0.5),
         workdir=root,
     )
     async with await Store.open(":memory:") as store:

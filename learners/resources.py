@@ -61,3 +61,13 @@ class Resources:
 
     def as_dict(self) -> dict[str, float]:
         return {"cores": self.cores, "memory": self.memory, "disk": self.disk, "wall": self.wall}
+
+
+@dataclass(frozen=True, slots=True)
+class Exhaustion:
+    """An attempt was killed because ``resource`` reached ``measured`` (above its allocation):
+    what a worker's monitor reports and a sizer learns from (here, where the worker can import
+    it without the sizers)."""
+
+    resource: Resource
+    measured: float

@@ -7,9 +7,10 @@ import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -17,15 +18,18 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from backends.base import SubmitError
+from backends import clock
+from backends.base import BackendOptions, SubmitError
+from backends.mock import TRACES, MockOptions
+from backends.registry import BACKENDS
 from backends.site import QueueModel
 from backends.slurm import SlurmError
 from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
-from orchestrator import clock, human, runs, tasklogs
-from orchestrator import worker as agent
+from orchestrator import human, runs, tasklogs
+from orchestrator.agent import worker as agent
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
@@ -41,14 +45,9 @@ from orchestrator.report import (
 from orchestrator.runrecord import RunRecord
 from orchestrator.runstatus import run_status
 from orchestrator.session import (
-    BACKENDS,
-    TRACES,
-    LocalOptions,
-    MockOptions,
     ResumeError,
     RunConfig,
     SetupError,
-    SlurmOptions,
     execute,
     last_unfinished,
 )
@@ -265,6 +264,12 @@ def validate(
     )
 
 
+KEEP_SANDBOXES = "failure"
+"""Which attempts' scratch directories a run's workers keep, unless told."""
+MANAGER_GRACE_S = 600.0
+"""How long a run's workers wait for a manager that is gone, unless told."""
+
+
 @app.command()
 def run(
     file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
@@ -302,7 +307,7 @@ def run(
             help="Local, slurm: which attempts' scratch directories ($LEADTIME_SCRATCH, with "
             "their stdout and stderr) stay after they end.",
         ),
-    ] = "failure",
+    ] = KEEP_SANDBOXES,
     bind: Annotated[
         str | None,
         typer.Option(
@@ -328,7 +333,7 @@ def run(
             "(for `leadtime resume` to take them over) before they end, and their pilots "
             "with them (s).",
         ),
-    ] = 600.0,
+    ] = MANAGER_GRACE_S,
     learner_scope: LearnerScope = None,
     resume: Annotated[
         bool,
@@ -348,17 +353,36 @@ def run(
     workflow = load_workflow(file, scale)
     _choice(strategy, STRATEGIES, "strategy")
     _choice(policy, POLICIES, "policy")
-    _choice(backend, BACKENDS, "backend")
-    if sbatch_option and backend != "slurm":
-        fail("--sbatch-option is for --backend slurm")
+    _choice(backend, tuple(BACKENDS), "backend")
     if backend != "mock" and strategy == "oracle":
         fail("--strategy oracle needs the simulated queue's true waits: use --backend mock")
     _choice(keep_sandboxes, ("never", "failure", "always"), "--keep-sandboxes value")
     if not manager_grace > 0:
         fail(f"--manager-grace {manager_grace:g}: expected a positive number of seconds")
     worker_args = ("--keep-sandboxes", keep_sandboxes, "--connect-timeout", f"{manager_grace:g}")
+    mock = _mock(trace, load_, trace_load, cluster, priority, queue_model, offset, seed)
+    values = {
+        **{f.name: getattr(mock, f.name) for f in fields(mock)},
+        "bind": bind,
+        "sbatch_options": tuple(sbatch_option or ()),
+        "oversubscribe": oversubscribe,
+        "worker_args": worker_args,
+    }
+    flags = {  # flag: (the field it fills, whether it was given a value of its own)
+        **{
+            f"--{f.name.replace('_', '-')}": (f.name, getattr(mock, f.name) != f.default)
+            for f in fields(mock)
+            if f.name != "seed"
+        },
+        "--bind": ("bind", bind is not None),
+        "--sbatch-option": ("sbatch_options", bool(sbatch_option)),
+        "--oversubscribe": ("oversubscribe", oversubscribe),
+        "--keep-sandboxes": ("worker_args", keep_sandboxes != KEEP_SANDBOXES),
+        "--manager-grace": ("worker_args", manager_grace != MANAGER_GRACE_S),
+    }
+    given = {flag: field for flag, (field, set_) in flags.items() if set_}
     config = RunConfig(
-        backend=backend,
+        backend=backend_options(backend, values, given),
         strategy=strategy,
         seed=seed,
         scale=scale,
@@ -367,14 +391,7 @@ def run(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
-        mock=_mock(trace, load_, trace_load, cluster, priority, queue_model, offset, seed),
         workdir=workdir,
-        local=LocalOptions(
-            bind=bind or "127.0.0.1", oversubscribe=oversubscribe, worker_args=worker_args
-        ),
-        slurm=SlurmOptions(
-            bind=bind, sbatch_options=tuple(sbatch_option or ()), worker_args=worker_args
-        ),
         learner_scope=learner_scope,
         **_sizer(sizer),
     )
@@ -384,6 +401,19 @@ def run(
     else:
         summary = _run(workflow, config, db, dashboard=not (quiet or json_))
     _report(summary, json_)
+
+
+def backend_options(name: str, values: dict[str, Any], given: dict[str, str]) -> BackendOptions:
+    """Backend ``name``'s options: the fields it has filled from ``values`` (the flags' values
+    by the field they fill); a flag the user set (``given``: flag -> field) for a field this
+    backend lacks is a mistake, named with the backends it is for."""
+    cls = BACKENDS[name]
+    own = {f.name for f in fields(cls)}
+    for flag, field in given.items():
+        if field not in own:
+            owners = [n for n, c in BACKENDS.items() if field in {f.name for f in fields(c)}]
+            fail(f"{flag} is for --backend {' or '.join(owners)}")
+    return cls(**{k: v for k, v in values.items() if k in own})
 
 
 def _report(summary: RunSummary, json_: bool) -> None:
@@ -404,7 +434,7 @@ def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: b
     return _start(
         lambda store, view: execute(workflow, config, store, observer=view),
         db,
-        real=config.backend != "mock",
+        real=not config.backend.workers.simulated,
         dashboard=dashboard,
     )
 
@@ -529,7 +559,7 @@ def demo(
     workflow = load_workflow(example("demo"), None)
     summaries = []
     for strategy in ("bigjob", "per-stage", "asa"):
-        config = RunConfig(strategy=strategy, mock=DEMO_MOCK)
+        config = RunConfig(strategy=strategy, backend=DEMO_MOCK)
         show = strategy == "asa" and sys.stdout.isatty()
         summaries.append(_run(workflow, config, db, dashboard=show))
     out.print(run_table(summaries[-1]))
@@ -815,7 +845,7 @@ def compare(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
-        mock=_mock(trace, load_, trace_load, cluster, priority, queue_model, None, seed),
+        backend=_mock(trace, load_, trace_load, cluster, priority, queue_model, None, seed),
         **_sizer(sizer),
     )
     live = not (quiet or json_)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from backends.mock import MockOptions
 from backends.swf import load_trace
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
@@ -87,7 +88,9 @@ async def compare(
     workflows one after the other; every strategy of a cell meets the same
     offset. Runs start at independent points of the trace.
     """
-    mock = config.mock
+    mock = config.backend
+    if not isinstance(mock, MockOptions):
+        raise ValueError("a comparison needs the simulated cluster: only it replays identically")
     starts: list[float | None] = [None] * runs
     if mock.trace is not None:
         warmup = mock.warmup if mock.warmup is not None else 7 * 86400.0
@@ -104,7 +107,7 @@ async def compare(
                     strategy=strategy,
                     seed=config.seed + run,
                     scale=scale,
-                    mock=replace(mock, offset=offset, seed=config.seed + run),
+                    backend=replace(mock, offset=offset, seed=config.seed + run),
                 )
                 observer = observer_for(workflow, strategy) if observer_for else None
                 if observer is None:

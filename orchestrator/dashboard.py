@@ -22,9 +22,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from backends import clock
 from backends.base import JobState
 from learners.resources import RESOURCES
-from orchestrator import clock
 from orchestrator.human import amounts, duration, megabytes, number, offset
 from orchestrator.planner import Phase
 from orchestrator.report import causes_text

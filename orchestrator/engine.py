@@ -23,11 +23,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from backends import clock
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest, SubmitError
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
-from orchestrator import clock, footprint, human
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
+from orchestrator import human
+from orchestrator.agent import footprint
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
 from orchestrator.breaker import Breaker
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
@@ -194,9 +196,8 @@ class Engine:
             ]
             self.stages[stage.name] = StageRun(stage, tasks)
         self.pilots: dict[str, PilotRun] = {}
-        self._known_as: dict[str, PilotRun] = {}
-        """Every pilot by each name its workers may give: the engine's id, the job's name
-        and its job id."""
+        self._by_job: dict[str, PilotRun] = {}
+        """Every submitted pilot by its job id: the pilot id its workers give."""
         self.notes: deque[tuple[float, str]] = deque(maxlen=50)
         self.notes_total = 0
         """Notes taken since the start (``notes`` keeps the last 50)."""
@@ -361,9 +362,8 @@ class Engine:
             hit=hit,
         )
         self.pilots[pilot.pilot_id] = pilot
-        for name in (pilot.pilot_id, request.name, pilot.job_id):
-            if name:
-                self._known_as[name] = pilot
+        if pilot.job_id:  # one whose submission was under way is found again by _take_over
+            self._by_job[pilot.job_id] = pilot
         return pilot
 
     async def _take_over(self, pilots: Sequence[PilotRun]) -> None:
@@ -379,7 +379,7 @@ class Engine:
                 gone.append(pilot)
                 continue
             pilot.job_id = job_id
-            self._known_as[job_id] = pilot
+            self._by_job[job_id] = pilot
             self.store.stage(
                 "pilots", {"run_id": self.run_id, "pilot_id": pilot.pilot_id}, job_id=job_id
             )
@@ -696,7 +696,6 @@ class Engine:
             action.prediction,
         )
         self.pilots[pilot_id] = pilot
-        self._known_as[pilot_id] = self._known_as[request.name] = pilot
         await self.store.put(
             "pilots",
             {"run_id": self.run_id, "pilot_id": pilot_id},
@@ -707,7 +706,7 @@ class Engine:
             submit_t=pilot.submit_t,
         )
         pilot.job_id = await self.backend.submit(request)
-        self._known_as[pilot.job_id] = pilot
+        self._by_job[pilot.job_id] = pilot
         await self.store.put(
             "pilots", {"run_id": self.run_id, "pilot_id": pilot_id}, job_id=pilot.job_id
         )
@@ -804,7 +803,7 @@ class Engine:
     # ---- workers and tasks ----------------------------------------------------
 
     def _on_join(self, worker: Worker) -> None:
-        pilot = self._known_as.get(worker.pilot_id)
+        pilot = self._by_job.get(worker.pilot_id)
         if pilot is None or not pilot.live:  # a pilot this run does not know: send it home
             self._note(f"worker {worker.id} sent away: no live pilot {worker.pilot_id!r}")
             self.source.ended(None, [worker])

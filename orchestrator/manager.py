@@ -1,7 +1,7 @@
 """The manager's end of the worker protocol: accept, authenticate, dispatch.
 
 :class:`Manager` listens on one address, proves itself to each connecting
-worker and makes it prove itself (see :mod:`orchestrator.protocol`), then
+worker and makes it prove itself (see :mod:`orchestrator.agent.protocol`), then
 exposes it as a :class:`RemoteWorker` whose ``run(spec)`` sends an attempt
 and returns its result. A bad frame, a failed handshake or a stranger closes
 that one connection, never the server.
@@ -23,10 +23,11 @@ import math
 import socket
 from collections.abc import Callable
 
+from backends import clock
 from learners.resources import Resources
-from orchestrator import clock, protocol
-from orchestrator.attempt import AttemptResult, AttemptSpec
-from orchestrator.protocol import Channel, ProtocolError, Registration, lost
+from orchestrator.agent import protocol
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec
+from orchestrator.agent.protocol import Channel, ProtocolError, Registration, lost
 
 log = logging.getLogger(__name__)
 

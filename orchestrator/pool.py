@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from learners.resources import PACKED, Resources
-from orchestrator.attempt import AttemptResult, AttemptSpec
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 
 
 class Worker(Protocol):

@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from orchestrator import clock
+from backends import clock
 from orchestrator.store import Store
 
 HEARTBEAT_S = 10.0

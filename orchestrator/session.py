@@ -7,9 +7,7 @@ so a run looks the same whichever door it came in by.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import math
 import os
 import signal
 import socket
@@ -19,18 +17,26 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from backends.base import BatchBackend, JobState
-from backends.local import WORKER_COMMAND, LocalBackend
-from backends.mock import MockSlurm
-from backends.site import QueueModel, SitePolicy
-from backends.slurm import SlurmBackend
-from backends.swf import SwfTrace, load_trace
-from backends.workload import ClusterSpec, SyntheticLoad, TraceReplay
+from backends import clock
+from backends.base import (
+    NODE,
+    BackendOptions,
+    BatchBackend,
+    JobState,
+    RemoteOptions,
+    RunSite,
+    Workers,
+    node_share,
+)
+from backends.mock import MockOptions
+from backends.registry import BACKENDS, options_json, options_of
 from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
-from orchestrator import clock, protocol, runs
+from orchestrator import runs
+from orchestrator.agent import protocol
+from orchestrator.agent import worker as agent
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
 from orchestrator.manager import Manager, host_address
 from orchestrator.planner import Planner, make_planner
@@ -42,100 +48,21 @@ from orchestrator.sizing_state import SizingState, stage_share
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, QueueWaits
-from workflows.spec import Allocation, Task, Workflow, loads
-
-BACKENDS = ("mock", "local", "slurm")
-TRACES = ("HPC2N", "KTH", "CTC")
-
-
-@dataclass(frozen=True)
-class MockOptions:
-    """The simulated cluster: a replayed trace, or synthetic load on a given cluster."""
-
-    trace: str | None = None
-    """HPC2N, KTH, CTC or the path of an SWF file; None for synthetic load."""
-    load: float = 0.7
-    """Synthetic utilisation of the cluster (0 for an idle cluster) when no trace is given."""
-    trace_load: float = 1.0
-    """Arrival-rate factor of the replayed trace (1: as recorded)."""
-    cluster: ClusterSpec | None = None
-    priority: str = "submit"
-    queue_model: str = QueueModel.SITE
-    """How the replayed log is scheduled: ``site`` (the log's per-user limits, node
-    granularity and cancelled jobs), ``fair-share`` (and Slurm's fair-share priority) or
-    ``easy`` (FIFO and EASY backfill alone); synthetic load is always ``easy``."""
-    offset: float | None = None
-    warmup: float | None = None
-    cluster_scale: int = 1
-    seed: int = 0
-
-    def backend(self) -> MockSlurm:
-        common: dict[str, Any] = {"priority": self.priority}
-        if self.trace is not None:
-            extra = {} if self.warmup is None else {"warmup": self.warmup}
-            log, site = _log_and_policy(self.trace, self.queue_model)
-            replay = TraceReplay(
-                log,
-                offset=self.offset,
-                scale=self.cluster_scale,
-                load=self.trace_load,
-                site=site,
-                **extra,
-            )
-            return MockSlurm(self.cluster, background=replay, **common)
-        if self.load <= 0:
-            return MockSlurm(self.cluster, **common)
-        cluster = self.cluster or ClusterSpec(nodes=64, cores_per_node=32)
-        load = SyntheticLoad(utilisation=self.load, seed=self.seed, cluster=cluster)
-        return MockSlurm(cluster, background=load, **common)
-
-
-@functools.lru_cache(maxsize=8)
-def _log_and_policy(trace: str, model: str) -> tuple[SwfTrace, SitePolicy]:
-    """A log and the policy ``model`` reads from it, once per process (a comparison replays
-    the same log in every run)."""
-    log = load_trace(trace)
-    return log, SitePolicy.of(model, log)
+from workflows.spec import Task, Workflow, loads
 
 
 class SetupError(Exception):
     """A run could not start for a reason its user can fix (an address, a directory)."""
 
 
-@dataclass(frozen=True)
-class LocalOptions:
-    """Pilots as processes on this machine, workers connecting to this process."""
-
-    bind: str = "127.0.0.1"
-    """Address the manager listens on (loopback: only this machine's workers can reach it)."""
-    oversubscribe: bool = False
-    """Let a pilot ask for more cores than this machine has."""
-    worker_args: tuple[str, ...] = ()
-    """More ``leadtime worker`` options for every worker (``--sample-interval 0.2``, say)."""
-    heartbeat_s: float = 5.0
-
-
-@dataclass(frozen=True)
-class SlurmOptions:
-    """Pilots as Slurm batch jobs, workers connecting to this process from the compute nodes."""
-
-    bind: str | None = None
-    """Address the manager listens on; by default this host's address as other nodes reach
-    it (its name resolved)."""
-    sbatch_options: tuple[str, ...] = ()
-    """Added to every pilot's sbatch command line (``--account=proj``, ``--constraint=x``)."""
-    worker_args: tuple[str, ...] = ()
-    """More ``leadtime worker`` options for every worker."""
-    heartbeat_s: float = 5.0
-    poll_interval_s: float = 2.0
-    """Seconds between two ``squeue`` readings of the run's jobs."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    backend: str = "mock"
-    """mock (the simulated cluster, virtual time), local (real processes, real time) or slurm
-    (real batch jobs)."""
+    backend: BackendOptions = field(default_factory=MockOptions)
+    """Where pilots come from, as that backend's options: the simulated cluster on virtual
+    time (:class:`~backends.mock.MockOptions`), processes on this machine
+    (:class:`~backends.local.LocalOptions`), Slurm's batch jobs
+    (:class:`~backends.slurm.SlurmOptions`), or any backend registered
+    (:mod:`backends.registry`)."""
     strategy: str = "per-stage"
     sizer: str = DEFAULT_SIZER
     seed: int = 0
@@ -158,9 +85,6 @@ class RunConfig:
     that is its file's directory). The run's own files (pilot output, the secret, kept
     scratch directories) go to its run directory, ``WORKDIR/.leadtime/RUN_ID``. Under Slurm
     it must be on a file system the compute nodes share."""
-    mock: MockOptions = field(default_factory=MockOptions)
-    local: LocalOptions = field(default_factory=LocalOptions)
-    slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
     def options(self) -> EngineOptions:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
@@ -179,41 +103,20 @@ class RunConfig:
 
 def config_json(config: RunConfig) -> dict[str, Any]:
     """A run's configuration as plain data, for the store (:func:`config_of` reads it)."""
-    return json.loads(json.dumps(asdict(config), default=str))
+    data = json.loads(json.dumps(asdict(config), default=str))
+    return {**data, "backend": options_json(config.backend)}
 
 
 def config_of(data: dict[str, Any]) -> RunConfig:
     """The configuration :func:`config_json` wrote."""
-    mock, local, slurm = dict(data["mock"]), dict(data["local"]), dict(data["slurm"])
-    if mock["cluster"] is not None:
-        mock["cluster"] = ClusterSpec(**mock["cluster"])
-    local["worker_args"] = tuple(local["worker_args"])
-    slurm["worker_args"] = tuple(slurm["worker_args"])
-    slurm["sbatch_options"] = tuple(slurm["sbatch_options"])
     return RunConfig(
         **{
             **data,
             "learn_by": tuple(data["learn_by"]),
             "workdir": Path(data["workdir"]) if data["workdir"] else None,
-            "mock": MockOptions(**mock),
-            "local": LocalOptions(**local),
-            "slurm": SlurmOptions(**slurm),
+            "backend": options_of(data["backend"]),
         }
     )
-
-
-def stage_worker(allocation: Allocation, node: Resources) -> Resources:
-    """The largest worker a stage's pilot brings: one node's share of its allocation.
-
-    ``node`` is one node of the cluster; a stage that leaves memory to the
-    scheduler gets the node's memory per core for each of its cores.
-    """
-    cores = min(allocation.cores // (allocation.nodes or 1), node.cores)
-    if allocation.memory_mb is None:
-        per_core = node.memory / node.cores
-    else:
-        per_core = allocation.memory_mb / allocation.cores
-    return Resources(cores, math.floor(per_core * cores), node.disk)
 
 
 def largest_worker(workers: Iterable[Resources]) -> Resources:
@@ -237,7 +140,7 @@ async def execute(
     """Run ``workflow`` once and return its figures (the store keeps the details); with
     ``saved``, take over that run where its dead manager left it (:func:`resume`).
 
-    Without ``backend``, ``config.backend`` says where pilots come from.
+    Without ``backend``, ``config.backend`` opens the backend pilots come from.
     """
     if saved is not None:
         run_id = saved.run["run_id"]
@@ -247,15 +150,13 @@ async def execute(
         dirs = RunDirs.of(workflow, config, run_id)
     async with contextlib.AsyncExitStack() as stack:
         run: RunManager | None = None
-        if backend is None and config.backend in ("local", "slurm"):
+        if backend is None and config.backend.workers is Workers.SIMULATED:
+            backend = config.backend.open(RunSite(dirs.run_dir))
+        elif backend is None:
             run = await stack.enter_async_context(
-                run_manager(config, dirs.run_dir, resumed=saved is not None)
+                run_manager(config.backend, dirs.run_dir, resumed=saved is not None)
             )
             backend, workers = run.backend, run.workers
-        elif backend is None and config.backend == "mock":
-            backend = config.mock.backend()
-        elif backend is None:
-            raise ValueError(f"unknown backend {config.backend!r}; choose one of {BACKENDS}")
         stack.push_async_callback(backend.close)
         return await _execute(
             workflow, config, store, backend, workers, observer, run_id, planner, dirs, run, saved
@@ -280,7 +181,8 @@ async def resume(store: Store, run_id: str, *, observer: Observer | None = None)
         raise ResumeError(f"run {run_id} is running: its manager{where} is alive")
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
         raise ResumeError(f"run {run_id} is {state}: nothing to resume")
-    if run.get("backend") == "mock":
+    kind = BACKENDS.get(run.get("backend") or "")
+    if kind is not None and kind.workers is Workers.SIMULATED:
         raise ResumeError(
             f"run {run_id} ran on the simulated cluster, which lived in its manager: run it again"
         )
@@ -326,9 +228,9 @@ async def cancel(store: Store, run_id: str) -> list[str]:
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
         raise ResumeError(f"run {run_id} is {state}: nothing to cancel")
     cancelled = []
-    if run.get("options") and run.get("backend") in ("local", "slurm"):
-        config = config_of(run["options"])
-        async with run_manager(config, Path(run["run_dir"]), resumed=True) as owner:
+    config = config_of(run["options"]) if run.get("options") else None
+    if config is not None and config.backend.workers is not Workers.SIMULATED:
+        async with run_manager(config.backend, Path(run["run_dir"]), resumed=True) as owner:
             for row in saved.pilots:
                 if row["state"] in _ENDED:
                     continue
@@ -375,23 +277,19 @@ async def _execute(
     run: RunManager | None,
     saved: SavedRun | None,
 ) -> RunSummary:
-    mock = backend if isinstance(backend, MockSlurm) else None
-    if mock is not None:
-        node = _node(mock.cluster)
-    elif isinstance(backend, LocalBackend):
-        node = backend.node
-    elif isinstance(backend, SlurmBackend):
-        node = await _slurm_node(backend, workflow)
-    else:
-        node = NODE
+    partitions = {s.allocation.partition for s in workflow.stages}
+    node = await backend.largest_node(partitions) or NODE
     if workers is None:
-        if mock is None:
+        if not backend.simulated:
             raise ValueError(f"the {backend.name} backend needs a worker source")
         truths = task_truths(workflow, config.seed)
         workers = SimulatedWorkers(truths)
     else:
         truths = {}
-    own = {s.name: stage_worker(s.allocation, node) for s in workflow.stages}
+    own = {  # the largest worker each stage's pilot brings
+        s.name: node_share(s.allocation.cores, s.allocation.nodes, s.allocation.memory_mb, node)
+        for s in workflow.stages
+    }
     share = {s.name: stage_share(s, own[s.name], s.tasks.size) for s in workflow.stages}
 
     def features(task: Task) -> TaskFeatures:
@@ -417,7 +315,7 @@ async def _execute(
     planner = planner or make_planner(
         config.strategy,
         predict=waits.predict,
-        true_wait=mock.true_wait if mock is not None else None,
+        true_wait=backend.true_wait,
         idle_cancel_s=config.idle_cancel_s,
     )
     sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
@@ -479,7 +377,7 @@ class RunManager:
     """
 
     manager: Manager
-    backend: LocalBackend | SlurmBackend
+    backend: BatchBackend
     workers: RemoteWorkers
     run_dir: Path
     bind: str
@@ -514,13 +412,15 @@ class RunManager:
 
 @contextlib.asynccontextmanager
 async def run_manager(
-    config: RunConfig, run_dir: Path, *, resumed: bool
+    options: BackendOptions, run_dir: Path, *, resumed: bool
 ) -> AsyncIterator[RunManager]:
     """The run's directory, secret, manager (not listening yet) and backend.
 
-    The workers run this process's interpreter (a virtual environment's works on any node
-    that shares its file system).
+    The workers are this process's agent (:func:`orchestrator.agent.worker.launch`).
     """
+    if not isinstance(options, RemoteOptions):
+        raise TypeError(f"the {options.name} backend's workers connect to a manager: its "
+                        "options are RemoteOptions")  # fmt: skip
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -534,56 +434,17 @@ async def run_manager(
             protocol.write_secret(secret_file, secret)
     except (protocol.SecretError, OSError) as e:
         raise SetupError(f"the run's secret: {e}") from e
-    worker = (
-        "--manager-file",
-        str(run_dir / "manager"),
-        "--secret-file",
-        str(secret_file),
-    )
-    backend: LocalBackend | SlurmBackend
-    if config.backend == "local":
-        options = config.local
-        bind, wildcard = options.bind, "127.0.0.1"
-        backend = LocalBackend(
-            run_dir / "manager",
-            run_dir,
-            worker_args=(*worker[2:], *options.worker_args),
-            oversubscribe=options.oversubscribe,
-        )
-        heartbeat_s = options.heartbeat_s
+    launch = agent.launch(run_dir / "manager", secret_file=secret_file, args=options.worker_args)
+    backend = options.open(RunSite(run_dir, launch))
+    if options.workers is Workers.THIS_HOST:
+        bind, wildcard = options.bind or "127.0.0.1", "127.0.0.1"
     else:
-        slurm = config.slurm
-        bind, wildcard = slurm.bind or host_address(), socket.getfqdn()
-        backend = SlurmBackend(
-            [*WORKER_COMMAND, *worker, *slurm.worker_args],
-            run_dir,
-            sbatch_options=slurm.sbatch_options,
-            poll_interval_s=slurm.poll_interval_s,
-        )
-        heartbeat_s = slurm.heartbeat_s
-    manager = Manager(secret, host=bind, heartbeat_s=heartbeat_s)
+        bind, wildcard = options.bind or host_address(), socket.getfqdn()
+    manager = Manager(secret, host=bind, heartbeat_s=options.heartbeat_s)
     try:
         yield RunManager(manager, backend, RemoteWorkers(manager), run_dir, bind, wildcard)
     finally:
         await manager.close()
-
-
-NODE = Resources(cores=1024, memory=1024 * 4096.0, disk=1_000_000.0)
-"""A node as large as any stage may ask, when the backend does not say."""
-
-
-async def _slurm_node(backend: SlurmBackend, workflow: Workflow) -> Resources:
-    """The largest node of the partitions the workflow's stages ask for, as sinfo tells it
-    (:data:`NODE` where it cannot: a guess the workers that arrive correct)."""
-    size = await backend.node_size({s.allocation.partition for s in workflow.stages})
-    if size is None:
-        return NODE
-    return Resources(size.cpus, float(size.memory_mb), float(size.tmp_disk_mb or NODE.disk))
-
-
-def _node(cluster: ClusterSpec) -> Resources:
-    memory = cluster.memory_per_node_mb or 4096.0 * cluster.cores_per_node
-    return Resources(cluster.cores_per_node, memory, SimulatedWorkers.DISK_MB)
 
 
 def run_simulated(workflow: Workflow, config: RunConfig, db: str | Path = ":memory:") -> RunSummary:
@@ -597,13 +458,8 @@ def run_simulated(workflow: Workflow, config: RunConfig, db: str | Path = ":memo
 
 
 __all__ = [
-    "BACKENDS",
-    "TRACES",
-    "LocalOptions",
-    "MockOptions",
     "RunConfig",
     "SetupError",
-    "SlurmOptions",
     "execute",
     "replace",
     "run_simulated",

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from backends import clock
+from backends.mock import DISK_MB
 from learners.replay import MemorySeries, TraceTask
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import clock
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
 from workflows.spec import Simulation, Task, Workflow
 from workflows.synthetic import Distribution
 from workflows.traces import load_trace
@@ -197,9 +198,6 @@ class SimWorker:
 class SimulatedWorkers:
     """Worker source of simulated pilots: one worker per node share, at the pilot's start."""
 
-    DISK_MB = 1_000_000.0
-    """Scratch disk of a simulated node (1 TB)."""
-
     def __init__(self, truths: dict[str, TaskTruth]) -> None:
         self.truths = truths
 
@@ -208,8 +206,8 @@ class SimulatedWorkers:
         return [
             SimWorker(
                 f"{pilot.pilot_id}/{share.node}",
-                pilot.pilot_id,
-                Resources(share.cores, share.memory_mb, self.DISK_MB),
+                info.job_id,
+                Resources(share.cores, share.memory_mb, DISK_MB),
                 end,
                 self.truths,
             )

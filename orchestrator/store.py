@@ -5,7 +5,7 @@ tasks, attempts, their output, observed queue waits and learner state. Learner s
 keyed by name and shared by every run that uses the same file, so what one
 workflow learns about the queue serves the next.
 
-Every call runs inside :func:`orchestrator.clock.held`, so simulated time
+Every call runs inside :func:`backends.clock.held`, so simulated time
 stands still while SQLite works in its thread.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import aiosqlite
 
-from orchestrator import clock
+from backends import clock
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x4C54494D

@@ -1,7 +1,7 @@
 """What ``leadtime logs`` shows: a run's attempts, and what each one wrote.
 
 Every attempt's result brings back the head and the tail of its stdout and stderr, with the
-number of bytes cut between them (:class:`orchestrator.attempt.Captured`), the host it ran on
+number of bytes cut between them (:class:`orchestrator.agent.attempt.Captured`), the host it ran on
 and, when its scratch directory was kept, where; the store keeps them apart from the attempts'
 rows (its ``outputs`` table), so only this reads them. A running attempt's output is in its
 scratch directory on its node until it ends: this says so, and ``--follow`` prints each
@@ -19,9 +19,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from backends import clock
 from learners.resources import RESOURCES
-from orchestrator import clock
-from orchestrator.attempt import Captured
+from orchestrator.agent.attempt import Captured
 from orchestrator.human import duration, megabytes, number, offset
 from orchestrator.runrecord import StoreRow
 from orchestrator.runs import RunState, state

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from learners.resources import Resources
-from orchestrator import protocol
+from orchestrator.agent import protocol
 
 
 async def intrude(address: tuple[str, int], timeout: float = 5) -> None:

@@ -6,12 +6,13 @@ import io
 import pytest
 from rich.console import Console
 
+from backends import clock
+from backends.mock import MockOptions
 from backends.workload import ClusterSpec
-from orchestrator import clock
 from orchestrator.dashboard import Dashboard, render
 from orchestrator.engine import Engine
 from orchestrator.planner import Asa
-from orchestrator.session import MockOptions, RunConfig, execute, run_simulated
+from orchestrator.session import RunConfig, execute, run_simulated
 from orchestrator.store import Store
 from orchestrator.waits import QueueWaits
 from workflows.spec import example, load, loads
@@ -51,7 +52,7 @@ def test_a_proactive_pilot_is_pending_on_its_dependency_until_the_stage_before_e
 
     async def main():
         async with await Store.open(":memory:") as store:
-            config = RunConfig(strategy="asa", mock=MockOptions(load=0, cluster=CLUSTER))
+            config = RunConfig(strategy="asa", backend=MockOptions(load=0, cluster=CLUSTER))
             runs = []
             for _ in range(2):
                 planner = Asa(lambda allocation: (600.0, None))
@@ -87,8 +88,8 @@ def test_asa_submits_earlier_than_per_stage():
         """
     )
     mock = MockOptions(load=0, cluster=CLUSTER)
-    per_stage = run_simulated(waves, RunConfig(strategy="per-stage", mock=mock))
-    asa = run_simulated(waves, RunConfig(strategy="asa", mock=mock))
+    per_stage = run_simulated(waves, RunConfig(strategy="per-stage", backend=mock))
+    asa = run_simulated(waves, RunConfig(strategy="asa", backend=mock))
     assert asa.stages[1].submit_t < per_stage.stages[1].submit_t
     assert per_stage.stages[1].submit_t == pytest.approx(per_stage.stages[0].end_t)
 
@@ -97,8 +98,8 @@ def test_asa_submits_earlier_than_per_stage():
 def test_the_oracle_is_never_worse_than_asa_on_makespan(offset):
     workflow = load(example("montage"), scale=28)
     mock = MockOptions(trace="HPC2N", cluster=ClusterSpec(9, 28, 128000), offset=offset)
-    asa = run_simulated(workflow, RunConfig(strategy="asa", mock=mock))
-    oracle = run_simulated(workflow, RunConfig(strategy="oracle", mock=mock))
+    asa = run_simulated(workflow, RunConfig(strategy="asa", backend=mock))
+    oracle = run_simulated(workflow, RunConfig(strategy="oracle", backend=mock))
     assert oracle.status == asa.status == "done"
     assert oracle.makespan_s <= asa.makespan_s + 1.0
 
@@ -106,8 +107,8 @@ def test_the_oracle_is_never_worse_than_asa_on_makespan(offset):
 def test_the_learner_persists_in_the_store_across_runs():
     async def main():
         async with await Store.open(":memory:") as store:
-            config = RunConfig(strategy="asa", mock=MockOptions(load=0.9, cluster=CLUSTER))
-            cluster = await config.mock.backend().cluster_name()
+            config = RunConfig(strategy="asa", backend=MockOptions(load=0.9, cluster=CLUSTER))
+            cluster = await config.backend.open().cluster_name()
             await execute(TWO_STAGES, config, store)
             first = (await QueueWaits.load(store, cluster)).learner.to_dict()
             await execute(TWO_STAGES, config, store)
@@ -130,7 +131,7 @@ def test_the_dashboard_shows_stages_pilots_and_decisions():
 
     async def main():
         async with await Store.open(":memory:") as store:
-            config = RunConfig(strategy="asa", mock=MockOptions(load=0, cluster=CLUSTER))
+            config = RunConfig(strategy="asa", backend=MockOptions(load=0, cluster=CLUSTER))
             for _ in range(2):  # the second run knows the stage durations
                 planner = Asa(lambda allocation: (600.0, None))
                 await execute(TWO_STAGES, config, store, observer=keep, planner=planner)
@@ -152,7 +153,7 @@ def test_the_dashboard_redraws_at_a_bounded_real_rate(monkeypatch):
     async def main():
         async with await Store.open(":memory:") as store:
             workflow = load(example("blast"), scale=28)
-            config = RunConfig(strategy="per-stage", mock=MockOptions(load=0, cluster=CLUSTER))
+            config = RunConfig(strategy="per-stage", backend=MockOptions(load=0, cluster=CLUSTER))
             with Dashboard(Console(file=io.StringIO()), max_hz=4) as view:
 
                 def count(engine):
@@ -173,7 +174,7 @@ def test_compare_rows_cover_every_strategy_and_scale():
 
     async def main():
         async with await Store.open(":memory:") as store:
-            config = RunConfig(mock=MockOptions(trace="KTH", cluster=ClusterSpec(4, 28, 128000)))
+            config = RunConfig(backend=MockOptions(trace="KTH", cluster=ClusterSpec(4, 28, 128000)))
             return await compare(
                 [example("blast")], ["bigjob", "per-stage", "asa"], [28, 56], 1, config, store
             )

@@ -3,13 +3,14 @@ system's reason, instead of being replaced forever."""
 
 from collections.abc import Sequence
 
-from backends.mock import MockSlurm
+from backends import clock
+from backends.local import LocalOptions
+from backends.mock import MockOptions, MockSlurm
 from backends.workload import ClusterSpec
-from orchestrator import clock
 from orchestrator.breaker import IN_A_ROW, PER_MINUTE, Breaker
 from orchestrator.engine import PilotRun
 from orchestrator.pool import Worker
-from orchestrator.session import LocalOptions, MockOptions, RunConfig, execute, run_simulated
+from orchestrator.session import RunConfig, execute, run_simulated
 from orchestrator.store import Store
 from workflows.spec import Allocation, Stage, TaskTemplate, Workflow, loads
 
@@ -147,7 +148,7 @@ def test_tasks_that_outlast_every_pilot_stop_the_run():
         simulate = { duration = 1200 }
         """
     )
-    summary = run_simulated(workflow, RunConfig(strategy="per-stage", mock=IDLE))
+    summary = run_simulated(workflow, RunConfig(strategy="per-stage", backend=IDLE))
     assert summary.status == "failed"
     assert summary.error.startswith(f"stage a: {IN_A_ROW} in a row of its pilots ended before ")
     assert "finishing any task (the batch system says: TIMEOUT" in summary.error
@@ -166,7 +167,7 @@ def test_a_run_of_useful_pilots_is_not_stopped():
         simulate = { duration = 100 }
         """
     )
-    summary = run_simulated(workflow, RunConfig(strategy="per-stage", mock=IDLE))
+    summary = run_simulated(workflow, RunConfig(strategy="per-stage", backend=IDLE))
     assert summary.status == "done", summary.error
     assert len(summary.pilots) > IN_A_ROW
 
@@ -176,9 +177,7 @@ def test_a_local_pilot_that_cannot_start_stops_the_run_with_its_reason(tmp_path)
     a workflow file can no longer give) made every pilot of the local backend fail at once."""
     stage = Stage("s" * 300, TaskTemplate("true", count=1), Allocation(cores=1))
     workflow = Workflow("long-names", (stage,))
-    config = RunConfig(
-        backend="local", strategy="per-stage", local=LocalOptions(), workdir=tmp_path
-    )
+    config = RunConfig(strategy="per-stage", backend=LocalOptions(), workdir=tmp_path)
 
     async def main():
         async with await Store.open(tmp_path / "store.db") as store:

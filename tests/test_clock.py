@@ -3,7 +3,7 @@ import time
 
 import aiosqlite
 
-from orchestrator import clock
+from backends import clock
 
 
 def test_virtual_time_jumps_over_sleeps():

@@ -9,7 +9,7 @@ from itertools import pairwise
 import pytest
 from rich.console import Console
 
-from orchestrator import clock
+from backends import clock
 from orchestrator.cli import DEMO_MOCK
 from orchestrator.dashboard import DecisionLog, killed, render
 from orchestrator.engine import Engine
@@ -22,7 +22,7 @@ from workflows.spec import example, load
 def demo(observer) -> None:
     async def main():
         async with await Store.open(":memory:") as store:
-            config = RunConfig(strategy="asa", mock=DEMO_MOCK)
+            config = RunConfig(strategy="asa", backend=DEMO_MOCK)
             await execute(load(example("demo")), config, store, observer=observer)
 
     clock.run(main(), virtual=True)

@@ -16,9 +16,11 @@ from programs import HOG, hog_value
 from strangers import intrude
 from typer.testing import CliRunner
 
-from orchestrator import clock, protocol
+from backends import clock
+from backends.local import LocalOptions
+from orchestrator.agent import protocol
 from orchestrator.cli import app
-from orchestrator.session import LocalOptions, RunConfig, execute
+from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import example, loads
 
@@ -58,7 +60,7 @@ def three_stages(root) -> str:
 
 def local_config(tmp_path, strategy="asa", **kw) -> RunConfig:
     options = LocalOptions(worker_args=FAST_SAMPLES, heartbeat_s=0.5)
-    return RunConfig(backend="local", strategy=strategy, local=options, workdir=tmp_path, **kw)
+    return RunConfig(strategy=strategy, backend=options, workdir=tmp_path, **kw)
 
 
 def test_three_stages_of_real_programs_sized_killed_retried_and_done(tmp_path):
@@ -154,7 +156,9 @@ def test_a_worker_killed_mid_task_loses_it_and_the_task_completes_elsewhere(tmp_
             asyncio.get_running_loop().call_later(0.4, kill_a_worker)
 
     def kill_a_worker():
-        workers = [p for p in psutil.Process().children() if "orchestrator.worker" in p.cmdline()]
+        workers = [
+            p for p in psutil.Process().children() if "orchestrator.agent.worker" in p.cmdline()
+        ]
         killed[0] = workers[0].pid
         os.kill(workers[0].pid, signal.SIGKILL)
 

@@ -24,9 +24,10 @@ import pytest
 from crash import Crash, slow_sbatch
 from programs import HOG, hog_value
 
-from orchestrator import clock
+from backends import clock
+from backends.slurm import SlurmOptions
 from orchestrator.planner import Phase
-from orchestrator.session import RunConfig, SlurmOptions, execute
+from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from orchestrator.waits import QueueWaits, geometry
 from workflows.spec import Workflow, example, load, loads
@@ -122,7 +123,7 @@ def slurm_config(tmp_path: Path, strategy: str) -> RunConfig:
         heartbeat_s=0.5,
         poll_interval_s=0.5,
     )
-    return RunConfig(backend="slurm", strategy=strategy, slurm=options, workdir=tmp_path)
+    return RunConfig(strategy=strategy, backend=options, workdir=tmp_path)
 
 
 async def run(workflow, config, store, cluster, observer=None):

@@ -6,13 +6,13 @@ import time
 
 import pytest
 
+from backends import clock
 from backends.base import JobState
-from backends.mock import MockSlurm
+from backends.mock import MockOptions, MockSlurm
 from backends.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS
-from orchestrator import clock
 from orchestrator.planner import Phase
-from orchestrator.session import MockOptions, RunConfig, execute, run_simulated
+from orchestrator.session import RunConfig, execute, run_simulated
 from orchestrator.store import Store
 from orchestrator.waits import store_name
 from workflows.spec import example, load, loads
@@ -23,7 +23,7 @@ IDLE = MockOptions(
 
 
 def run(workflow, strategy, mock=IDLE, **config):
-    return run_simulated(workflow, RunConfig(strategy=strategy, mock=mock, **config))
+    return run_simulated(workflow, RunConfig(strategy=strategy, backend=mock, **config))
 
 
 def critical_path(summary, workflow):
@@ -102,7 +102,7 @@ def test_the_store_holds_the_run():
 
     async def main():
         async with await Store.open(":memory:") as store:
-            summary = await execute(workflow, RunConfig(strategy="per-stage", mock=IDLE), store)
+            summary = await execute(workflow, RunConfig(strategy="per-stage", backend=IDLE), store)
             run_row = (await store.rows("runs"))[0]
             pilots = await store.rows("pilots", {"run_id": summary.run_id})
             attempts = await store.rows("attempts", {"run_id": summary.run_id})
@@ -251,7 +251,7 @@ def test_a_trace_driven_stage_is_killed_where_its_memory_series_crosses_the_limi
 
     async def main():
         async with await Store.open(":memory:") as store:
-            config = RunConfig(strategy="per-stage", sizer="greedy", mock=IDLE)
+            config = RunConfig(strategy="per-stage", sizer="greedy", backend=IDLE)
             summary = await execute(workflow, config, store)
             return summary, await store.rows("attempts", {"run_id": summary.run_id})
 

@@ -6,14 +6,17 @@ import os
 import psutil
 import pytest
 
-from backends.base import Dependency, JobState, PilotRequest, SubmitError
+from backends import clock
+from backends.base import Dependency, JobState, PilotRequest, SubmitError, node_share
 from backends.local import LocalBackend
 from learners.resources import Resources
-from orchestrator import clock, protocol
-from orchestrator.attempt import AttemptSpec, Outcome
+from orchestrator.agent import protocol
+from orchestrator.agent import worker as agent
+from orchestrator.agent.attempt import AttemptSpec, Outcome
 from orchestrator.manager import Manager
 
 SECRET = bytes(range(7, 39))
+FAST_SAMPLES = ("--sample-interval", "0.2", "--first-sample", "0.05")
 NODE = Resources(cores=2, memory=8000, disk=5000)
 
 
@@ -30,11 +33,11 @@ class Local:
 
     async def __aenter__(self):
         host, port = await self.manager.start()
+        secret = {protocol.SECRET_ENV: SECRET.hex()}
+        launch = agent.launch(f"{host}:{port}", env=secret, args=FAST_SAMPLES)
         self.backend = LocalBackend(
-            f"{host}:{port}",
+            launch,
             self.tmp_path / "run",
-            worker_args=("--sample-interval", "0.2", "--first-sample", "0.05"),
-            worker_env={protocol.SECRET_ENV: SECRET.hex()},
             kill_grace_s=1.0,
             **{"node": NODE, **self.options},
         )
@@ -95,7 +98,7 @@ async def test_a_pilot_starts_at_once_and_its_workers_register(tmp_path):
 
 async def test_memory_left_unset_is_the_machine_share_of_the_cores(tmp_path):
     async with Local(tmp_path) as local:
-        size = local.backend.worker_size(request(cores=1))
+        size = node_share(1, None, None, local.backend.node)
         assert size == Resources(1, NODE.memory / NODE.cores, NODE.disk)
         await local.backend.submit(request(cores=1))
         assert (await local.worker()).capacity == size

@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 
+from backends import clock
 from backends.base import Dependency, JobState, PilotRequest, SubmitError
 from backends.mock import MockSlurm
 from backends.simulator import Simulator
 from backends.workload import ClusterSpec, JobStream
-from orchestrator import clock
 
 S = JobState
 

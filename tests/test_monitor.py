@@ -12,9 +12,9 @@ import pytest
 
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator.attempt import AttemptSpec, Outcome
-from orchestrator.footprint import directory_size
-from orchestrator.monitor import (
+from orchestrator.agent.attempt import AttemptSpec, Outcome
+from orchestrator.agent.footprint import directory_size
+from orchestrator.agent.monitor import (
     MemoryCgroups,
     Monitor,
     MonitorConfig,
@@ -22,7 +22,7 @@ from orchestrator.monitor import (
     Usage,
     broken_limit,
 )
-from orchestrator.taskrun import Runner, RunnerConfig
+from orchestrator.agent.taskrun import Runner, RunnerConfig
 
 PY = sys.executable
 FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.02, window_s=0.5)

@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import protocol
-from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
-from orchestrator.manager import Manager, host_address
-from orchestrator.protocol import (
+from orchestrator.agent import protocol
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome
+from orchestrator.agent.protocol import (
     AuthError,
     Channel,
     ProtocolError,
@@ -27,6 +26,7 @@ from orchestrator.protocol import (
     load_secret,
     write_secret,
 )
+from orchestrator.manager import Manager, host_address
 
 SECRET = bytes(range(32))
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import orchestrator
-from orchestrator import clock
+from backends import clock
 from orchestrator.cli import DEMO_MOCK, app
 from orchestrator.htmlreport import run_page
 from orchestrator.human import duration, offset
@@ -28,7 +28,7 @@ def demo(tmp_path_factory):
     """The demo workflow by ASA on the demo's replay of HPC2N, in a store file: the store,
     the run's summary, and what the store holds of it."""
     db = tmp_path_factory.mktemp("report") / "store.db"
-    summary = run_simulated(load(example("demo")), RunConfig(strategy="asa", mock=DEMO_MOCK), db)
+    summary = run_simulated(load(example("demo")), RunConfig(strategy="asa", backend=DEMO_MOCK), db)
     return db, summary, _record(db, summary.run_id)
 
 

@@ -1,10 +1,10 @@
 """How the engine retries: only the exhausted resource grows; declared sizes are fixed."""
 
+from backends import clock
 from backends.mock import MockSlurm
 from backends.workload import ClusterSpec
 from learners.resources import RESOURCES, Resources
 from learners.sizing import make_sizer
-from orchestrator import clock
 from orchestrator.engine import Engine
 from orchestrator.planner import PerStage
 from orchestrator.simulate import SimulatedWorkers, task_truths

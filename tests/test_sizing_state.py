@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from backends import clock
 from learners.resources import Resources
 from learners.sizing import Record, TaskFeatures, make_sizer
 from learners.sizing.history import KEPT, History
-from orchestrator import clock
 from orchestrator.sizing_state import SizingState, stage_share, store_name
 from orchestrator.store import Store
 from workflows.spec import loads

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import Dependency, JobInfo, JobState, NodeShare, PilotRequest, SubmitError
+from backends.base import (
+    Dependency,
+    JobInfo,
+    JobState,
+    NodeShare,
+    PilotRequest,
+    SubmitError,
+    WorkerLaunch,
+)
 from backends.slurm import Backoff, SlurmBackend, SlurmCommands
 from backends.slurm_jobs import parse_scontrol, parse_squeue_json
 
@@ -24,14 +32,16 @@ pytestmark = pytest.mark.slurm
 NODE_CPUS = 16
 # A worker: says which part of the node it holds, then waits to be released.
 SHARE = (
-    "import os; from backends.slurm_script import node_share_from_env as share; "
+    "import os; from orchestrator.agent.worker import node_share_from_env as share; "
     "print(share(os.environ))"
 )
-WORKER = [
-    "bash",
-    "-c",
-    f"trap 'echo released; exit 0' TERM; {sys.executable} -c '{SHARE}'; sleep 600 & wait",
-]
+WORKER = WorkerLaunch(
+    (
+        "bash",
+        "-c",
+        f"trap 'echo released; exit 0' TERM; {sys.executable} -c '{SHARE}'; sleep 600 & wait",
+    )
+)
 
 
 def sh(*args: str) -> str:
@@ -222,7 +232,7 @@ async def test_release_of_pending_pilot_cancels_it(jobs):
 
 
 async def test_worker_without_term_handler_still_ends_completed(jobs, tmp_path):
-    backend = SlurmBackend(["sleep", "600"], tmp_path / "bare", poll_interval_s=0.5)
+    backend = SlurmBackend(WorkerLaunch(("sleep", "600")), tmp_path / "bare", poll_interval_s=0.5)
     job_id = await backend.submit(jobs.request("bare"))
     try:
         await asyncio.sleep(2)
@@ -258,7 +268,7 @@ async def test_lost_release_signal_is_sent_again(jobs, tmp_path):
 
 
 async def test_release_ignored_by_worker_ends_in_cancel(jobs, tmp_path):
-    stubborn = ["bash", "-c", "trap '' TERM; sleep 600"]
+    stubborn = WorkerLaunch(("bash", "-c", "trap '' TERM; sleep 600"))
     backend = SlurmBackend(
         stubborn, tmp_path / "stubborn", poll_interval_s=0.5, release_resend_s=1,
         release_timeout_s=3,
@@ -383,6 +393,6 @@ async def test_check_asks_slurm_and_queues_nothing(jobs):
 
 
 async def test_node_size_is_the_largest_node_of_the_partitions(jobs):
-    size = await jobs.backend.node_size({None, "short"})
-    assert (size.cpus, size.memory_mb) == (NODE_CPUS, 32000)  # scripts/slurm-local's node
-    assert await jobs.backend.node_size({"no-such-partition"}) is None
+    size = await jobs.backend.largest_node({None, "short"})
+    assert (size.cores, size.memory) == (NODE_CPUS, 32000)  # scripts/slurm-local's node
+    assert await jobs.backend.largest_node({"no-such-partition"}) is None

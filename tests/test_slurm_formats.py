@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import clock
 from backends.base import Dependency, JobState, NodeShare, PilotRequest, SubmitError
 from backends.slurm_jobs import (
     NodeSize,
@@ -21,8 +22,8 @@ from backends.slurm_jobs import (
     parse_sinfo_nodes,
     parse_squeue_json,
 )
-from backends.slurm_script import batch_script, node_share_from_env, rejection, sbatch_arguments
-from orchestrator import clock
+from backends.slurm_script import batch_script, rejection, sbatch_arguments
+from orchestrator.agent.worker import node_share_from_env
 
 RUN_DIR = Path("/runs/r1")
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator import clock
+from backends import clock
 from orchestrator.cli import DEMO_MOCK, app
 from orchestrator.human import duration, offset
 from orchestrator.runs import Manager
@@ -23,7 +23,7 @@ def demo(tmp_path_factory):
     """The demo by ASA on the demo's replay of HPC2N: the store, what `run --json` printed,
     and what `status --json` prints."""
     db = tmp_path_factory.mktemp("status") / "store.db"
-    summary = run_simulated(load(example("demo")), RunConfig(strategy="asa", mock=DEMO_MOCK), db)
+    summary = run_simulated(load(example("demo")), RunConfig(strategy="asa", backend=DEMO_MOCK), db)
     done = status(db, summary.run_id, "--json")
     assert done.exit_code == 0, done.output
     return db, json.loads(json.dumps(summary.as_json())), json.loads(done.output)

@@ -3,7 +3,7 @@ field wins), rows of every table and shape land in one flush, nothing before it.
 
 import pytest
 
-from orchestrator import clock
+from backends import clock
 from orchestrator.store import Store
 
 

@@ -10,10 +10,12 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from backends import clock
+from backends.local import LocalOptions
+from backends.mock import MockOptions
 from learners.queue_wait import GEOMETRY_FIELDS
-from orchestrator import clock
 from orchestrator.cli import app
-from orchestrator.session import LocalOptions, MockOptions, RunConfig, execute, run_simulated
+from orchestrator.session import RunConfig, execute, run_simulated
 from orchestrator.store import Store
 from orchestrator.waits import QueueWaits, store_name
 from workflows.spec import example, load, loads
@@ -139,7 +141,7 @@ def test_runs_sharing_a_store_at_once_lose_no_learner_update(tmp_path):
     """Two runs, each with its own connection to one store file, interleaved: every wait
     either observed reaches the learner (each saves by a read-modify-write transaction)."""
     path = tmp_path / "shared.db"
-    config = RunConfig(strategy="asa", mock=MockOptions(load=0.9))
+    config = RunConfig(strategy="asa", backend=MockOptions(load=0.9))
     workflow = load(example("statistics"))
 
     async def main():
@@ -147,7 +149,7 @@ def test_runs_sharing_a_store_at_once_lose_no_learner_update(tmp_path):
         try:
             await asyncio.gather(*(execute(workflow, config, s) for s in stores))
             waits = await stores[0].rows("waits")
-            cluster = await config.mock.backend().cluster_name()
+            cluster = await config.backend.open().cluster_name()
             learner = (await QueueWaits.load(stores[0], cluster)).learner
         finally:
             for s in stores:
@@ -167,8 +169,8 @@ def test_each_cluster_learns_its_own_waits(tmp_path):
         'name = "tiny"\n[[stage]]\nname = "a"\nallocation = { cores = 1, time = "5m" }\n'
         'tasks = { command = "true", count = 1, cores = 1, memory = "20M", disk = "1M" }\n'
     )
-    run_simulated(workflow, RunConfig(strategy="asa", mock=MockOptions(load=0.9)), db)
-    local = RunConfig(backend="local", strategy="asa", local=LocalOptions(), workdir=tmp_path)
+    run_simulated(workflow, RunConfig(strategy="asa", backend=MockOptions(load=0.9)), db)
+    local = RunConfig(strategy="asa", backend=LocalOptions(), workdir=tmp_path)
 
     async def main():
         async with await Store.open(db) as store:

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from backends import clock
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
-from orchestrator import clock, lineage
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome, cause
-from orchestrator.monitor import Monitor, MonitorConfig, Sample, Usage
+from orchestrator.agent import lineage
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause
+from orchestrator.agent.monitor import Monitor, MonitorConfig, Sample, Usage
+from orchestrator.agent.taskrun import Runner, RunnerConfig
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
-from orchestrator.taskrun import Runner, RunnerConfig
 from workflows.spec import loads
 
 FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
@@ -100,7 +101,7 @@ async def test_a_daemon_is_measured_with_its_task(runner, tmp_path):
 
 WORKER_TASKS = """
 import os, subprocess, sys, time
-from orchestrator.lineage import WORKER_TOKEN, Sentinel, new_token
+from orchestrator.agent.lineage import WORKER_TOKEN, Sentinel, new_token
 token = new_token()
 sentinel = Sentinel(token)
 env = {**os.environ, WORKER_TOKEN: token}

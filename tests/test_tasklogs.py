@@ -14,15 +14,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from backends import clock
+from backends.local import LocalOptions
 from learners.resources import Resources
-from orchestrator import clock, protocol, tasklogs
-from orchestrator.attempt import AttemptSpec, Outcome
+from orchestrator import tasklogs
+from orchestrator.agent import protocol
+from orchestrator.agent.attempt import AttemptSpec, Outcome
+from orchestrator.agent.monitor import Monitor, MonitorConfig
+from orchestrator.agent.taskrun import STDERR, STDOUT, Runner, RunnerConfig, capture
 from orchestrator.cli import app
-from orchestrator.monitor import Monitor, MonitorConfig
 from orchestrator.runs import Manager, RunState
-from orchestrator.session import LocalOptions, RunConfig, execute
+from orchestrator.session import RunConfig, execute
 from orchestrator.store import TABLES, Store
-from orchestrator.taskrun import STDERR, STDOUT, Runner, RunnerConfig, capture
 from workflows.spec import loads
 
 LINES = 100_000
@@ -167,9 +170,8 @@ def local_run(tmp_path_factory):
     """The workflow above, run for real on this machine: the store's path and the run id."""
     root = tmp_path_factory.mktemp("logs")
     config = RunConfig(
-        backend="local",
         strategy="per-stage",
-        local=LocalOptions(worker_args=("--sample-interval", "0.1", "--first-sample", "0.05")),
+        backend=LocalOptions(worker_args=("--sample-interval", "0.1", "--first-sample", "0.05")),
         workdir=root,
     )
 

@@ -12,18 +12,18 @@ import time
 import pytest
 from strangers import intrude
 
+from backends import clock
+from backends.cores import CoreSet
 from learners.resources import Resources
-from orchestrator import clock, protocol, taskrun
-from orchestrator.attempt import AttemptSpec, Outcome
-from orchestrator.manager import Manager
-from orchestrator.monitor import Monitor, MonitorConfig
-from orchestrator.taskrun import STDOUT, Runner, RunnerConfig, expand_command, sandbox_name
-from orchestrator.worker import (
+from orchestrator.agent import protocol, taskrun
+from orchestrator.agent.attempt import AttemptSpec, Outcome
+from orchestrator.agent.monitor import Monitor, MonitorConfig
+from orchestrator.agent.taskrun import STDOUT, Runner, RunnerConfig, expand_command, sandbox_name
+from orchestrator.agent.worker import (
     EXIT_MANAGER_GONE,
     EXIT_REFUSED,
     EXIT_USAGE,
     Agent,
-    CoreSet,
     OptionsError,
     WorkerOptions,
     detect_capacity,
@@ -31,6 +31,7 @@ from orchestrator.worker import (
     main,
     make_options,
 )
+from orchestrator.manager import Manager
 
 SECRET = bytes(range(100, 132))
 FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
@@ -510,7 +511,7 @@ async def start_worker(address, tmp_path, *extra, env=None, secret_file=None):
         args += ["--secret-file", str(secret_file)]
     environ = {k: v for k, v in os.environ.items() if k != protocol.SECRET_ENV}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "orchestrator.worker", *args, env={**environ, **(env or {})}
+        sys.executable, "-m", "orchestrator.agent.worker", *args, env={**environ, **(env or {})}
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from learners.resources import Resource, Resources
+from learners.resources import Exhaustion, Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +37,6 @@ class TaskFeatures:
 class Unfittable(ValueError):
     """The task needs more of a resource than it can ever get: more than a whole
     worker has, or more than the size the user fixed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Exhaustion:
-    """An attempt was killed because ``resource`` reached ``measured`` (above its allocation)."""
-
-    resource: Resource
-    measured: float
 
 
 @dataclass(frozen=True, slots=True)

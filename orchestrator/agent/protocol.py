@@ -73,10 +73,9 @@ from typing import Any
 
 import msgpack
 
-from learners.resources import RESOURCES, Resources
-from learners.sizing.base import Exhaustion
-from orchestrator import clock
-from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
+from backends import clock
+from learners.resources import RESOURCES, Exhaustion, Resources
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 
 VERSION = 3
 MAX_FRAME = 16 * 2**20

@@ -5,7 +5,7 @@ summed over the tree, cores are CPU time over wall time (and the peak of
 that ratio over a sliding window), disk is what it wrote where it may write
 (its scratch directory and its declared outputs), wall time is wall time. Its
 processes are those its leader started, the orphans still in its group, and
-any other carrying its attempt's token (:mod:`orchestrator.lineage`): a
+any other carrying its attempt's token (:mod:`orchestrator.agent.lineage`): a
 daemon that left the session is still measured. The moment memory, disk or wall time goes above the
 allocation the task's owner is told, and kills it.
 
@@ -32,10 +32,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from learners.resources import Resources
-from learners.sizing.base import Exhaustion
-from orchestrator import clock
-from orchestrator.lineage import Lineage
+from backends import clock
+from learners.resources import Exhaustion, Resources
+from orchestrator.agent.lineage import Lineage
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ killed as one process group), pinned to the cores it was given. Each attempt has
 scratch directory, ``<root>/<task>.<attempt>/`` (``$LEADTIME_SCRATCH`` and ``$TMPDIR``), which
 holds its stdout and stderr and is removed when it ends (kept after a failure, by default);
 the head and tail of both streams go back in its result, whatever its outcome.
-The :class:`~orchestrator.monitor.Monitor` watches it; when it breaks a limit the group gets
-SIGTERM, then SIGKILL after a grace. When it ends, whatever it started is killed, wherever it
-went (:mod:`orchestrator.lineage`, and its cgroup where there is one), and its declared outputs
-are checked, or removed if it did not succeed (:mod:`orchestrator.footprint`).
+The :class:`~orchestrator.agent.monitor.Monitor` watches it; when it breaks a limit the group
+gets SIGTERM, then SIGKILL after a grace. When it ends, whatever it started is killed, wherever
+it went (:mod:`orchestrator.agent.lineage`, and its cgroup where there is one), and its declared
+outputs are checked, or removed if it did not succeed (:mod:`orchestrator.agent.footprint`).
 
 A child's exit is noticed through a pidfd (SIGCHLD on kernels before 5.3),
 with no thread per child, and before the child is reaped: whatever is left
@@ -39,14 +39,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from learners.resources import Resources
-from learners.sizing.base import Exhaustion
-from orchestrator import clock, footprint
-from orchestrator.attempt import AttemptResult, AttemptSpec, Captured, Outcome
-from orchestrator.footprint import Footprint
-from orchestrator.lineage import ATTEMPT_TOKEN, WORKER_TOKEN, new_token
-from orchestrator.monitor import MB, MemoryCgroups, Monitor, high_water_rss
-from orchestrator.protocol import MAX_TAIL, OUTPUT_HEAD, OUTPUT_TAIL, SECRET_ENV
+from backends import clock
+from learners.resources import Exhaustion, Resources
+from orchestrator.agent import footprint
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome
+from orchestrator.agent.footprint import Footprint
+from orchestrator.agent.lineage import ATTEMPT_TOKEN, WORKER_TOKEN, new_token
+from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, high_water_rss
+from orchestrator.agent.protocol import MAX_TAIL, OUTPUT_HEAD, OUTPUT_TAIL, SECRET_ENV
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class RunnerConfig:
     """Between SIGTERM and SIGKILL when a task is stopped."""
     shell: str = "/bin/sh"
     worker_token: str = ""
-    """Every task of this worker carries it (:mod:`orchestrator.lineage`)."""
+    """Every task of this worker carries it (:mod:`orchestrator.agent.lineage`)."""
     node: str = field(default_factory=socket.gethostname)
     """This host, where kept sandboxes stay."""
 

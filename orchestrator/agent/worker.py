@@ -15,7 +15,7 @@ time: a manager resuming the run (``leadtime resume``) takes it and its
 attempts over. After ``connect_timeout_s`` without a manager it kills its
 attempts and exits, so a pilot nobody resumes ends by itself. Nothing a task
 starts outlives the worker: if the worker itself is killed, its sentinel
-kills what its tasks left (:mod:`orchestrator.lineage`).
+kills what its tasks left (:mod:`orchestrator.agent.lineage`).
 """
 
 from __future__ import annotations
@@ -39,13 +39,15 @@ from typing import Annotated
 import psutil
 import typer
 
+from backends import clock
+from backends.base import NodeShare, WorkerLaunch, WorkerPlace
+from backends.cores import CoreSet
 from learners.resources import PACKED, Resources
-from orchestrator import clock, protocol
-from orchestrator.attempt import AttemptResult, AttemptSpec, Outcome
-from orchestrator.command import App
-from orchestrator.lineage import Sentinel, new_token
-from orchestrator.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
-from orchestrator.protocol import (
+from orchestrator.agent import protocol
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.agent.lineage import Sentinel, new_token
+from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
+from orchestrator.agent.protocol import (
     AuthError,
     Channel,
     ProtocolError,
@@ -53,7 +55,8 @@ from orchestrator.protocol import (
     Welcome,
     lost,
 )
-from orchestrator.taskrun import Keep, Runner, RunnerConfig
+from orchestrator.agent.taskrun import Keep, Runner, RunnerConfig
+from orchestrator.command import App
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +107,67 @@ class WorkerOptions:
     """Every task of this worker carries it: what its sentinel kills (:mod:`.lineage`)."""
 
 
+MODULE = "orchestrator.agent.worker"
+"""``python -m MODULE`` runs the agent (``leadtime worker``) without a console script."""
+
+
+def launch(
+    manager: str | Path,
+    *,
+    secret_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+) -> WorkerLaunch:
+    """How a pilot starts this agent: ``python -m``, by this process's interpreter (whatever
+    the PATH; a virtual environment's works on any node that shares its file system), to
+    the manager at ``manager`` (its ``HOST:PORT``, or a file holding it), with the run's
+    secret in ``secret_file`` or ``env`` (never on the command line) and ``args`` besides."""
+    where = (
+        ("--manager-file", str(manager)) if isinstance(manager, Path) else ("--manager", manager)
+    )
+    secret = () if secret_file is None else ("--secret-file", str(secret_file))
+    argv = (sys.executable, "-m", MODULE, *where, *secret, *args)
+    return WorkerLaunch(argv, dict(env or {}), place_args)
+
+
+def place_args(place: WorkerPlace) -> tuple[str, ...]:
+    """The options that tell a worker its place, given where no batch system tells it
+    (``repr``: the worker must get exactly the size the sizer was told)."""
+    return (
+        *("--pilot-id", place.pilot, "--worker-id", place.worker),
+        *("--cores", repr(place.capacity.cores), "--memory", repr(place.capacity.memory)),
+        *("--disk", repr(place.capacity.disk)),
+        *("--end-time", repr(place.end_time), "--drain-margin", repr(place.drain_margin_s)),
+        *("--root", str(place.root)),
+    )
+
+
 def parse_address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise OptionsError(f"--manager must be HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+class NotAJobStep(ValueError):
+    """The worker was not started by srun: Slurm's environment tells nothing of its share."""
+
+
+def node_share_from_env(environ: Mapping[str, str]) -> NodeShare:
+    """The part of its node a worker that a pilot's batch script started holds.
+
+    srun sets ``SLURM_CPUS_ON_NODE`` to the job's CPUs on this node (all of them, given
+    ``--whole``), and ``SLURM_MEM_PER_NODE`` or ``SLURM_MEM_PER_CPU`` from ``--mem``,
+    ``--mem-per-cpu`` or the cluster's default (memory 0 when neither is set).
+    """
+    cpus = _slurm_number(environ, "SLURM_CPUS_ON_NODE")
+    if cpus is None:
+        raise NotAJobStep("not inside a Slurm job step: SLURM_CPUS_ON_NODE is not set")
+    memory = _slurm_number(environ, "SLURM_MEM_PER_NODE")
+    if memory is None:
+        memory = (_slurm_number(environ, "SLURM_MEM_PER_CPU") or 0.0) * cpus
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return NodeShare(node, int(cpus), int(memory))
 
 
 def detect_capacity(
@@ -122,17 +181,15 @@ def detect_capacity(
 
     Disk is the free space under the sandbox root.
     """
+    try:
+        share: NodeShare | None = node_share_from_env(environ)
+    except NotAJobStep:
+        share = None
     if cores is None:
-        cores = _slurm_number(environ, "SLURM_CPUS_ON_NODE")
-    if cores is None:
-        cores = float(len(os.sched_getaffinity(0)))
+        cores = float(share.cores if share else len(os.sched_getaffinity(0)))
     if memory is None:
-        memory = _slurm_number(environ, "SLURM_MEM_PER_NODE")
-    if memory is None:
-        per_cpu = _slurm_number(environ, "SLURM_MEM_PER_CPU")
-        memory = None if per_cpu is None else per_cpu * cores
-    if memory is None:
-        memory = psutil.virtual_memory().available / MB
+        known = share.memory_mb if share else 0
+        memory = float(known) if known else psutil.virtual_memory().available / MB
     if disk is None:
         disk = shutil.disk_usage(root).free / MB
     capacity = Resources(cores, memory, disk)
@@ -228,30 +285,6 @@ def make_options(
         monitor=monitor,
         cgroups=cgroups,
     )
-
-
-class CoreSet:
-    """Which of the worker's cores each task is pinned to: the least loaded ones.
-
-    A task of ``c`` cores gets ``ceil(c)`` cores, each loaded by ``c / ceil(c)``;
-    with whole-core allocations within capacity every task has cores of its own.
-    """
-
-    def __init__(self, cpus: Sequence[int]) -> None:
-        self.load = dict.fromkeys(sorted(cpus), 0.0)
-
-    def take(self, cores: float) -> frozenset[int] | None:
-        if cores <= 0 or not self.load:
-            return None
-        count = min(len(self.load), max(1, math.ceil(cores - 1e-9)))
-        chosen = sorted(self.load, key=lambda cpu: (self.load[cpu], cpu))[:count]
-        for cpu in chosen:
-            self.load[cpu] += cores / count
-        return frozenset(chosen)
-
-    def give(self, cpus: frozenset[int] | None, cores: float) -> None:
-        for cpu in cpus or ():
-            self.load[cpu] -= cores / len(cpus)
 
 
 class Agent:

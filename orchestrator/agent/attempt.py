@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from learners.resources import Resources
-from learners.sizing.base import Exhaustion
+from learners.resources import Exhaustion, Resources
 
 
 class Outcome(StrEnum):

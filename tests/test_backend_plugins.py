@@ -1,0 +1,163 @@
+"""A backend is one options class and one registration: a backend of this file's own runs
+workflows through the engine, the CLI and a run's record with no edit anywhere else."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from backends import clock
+from backends.base import (
+    JobInfo,
+    JobState,
+    NodeShare,
+    PilotRequest,
+    ResumeRefused,
+    RunSite,
+    SubmitError,
+    Workers,
+)
+from backends.local import LocalOptions
+from backends.mock import MockOptions
+from backends.registry import BACKENDS, backend_options, options_json, options_of, register
+from backends.slurm import SlurmOptions
+from backends.workload import ClusterSpec
+from learners.resources import Resources
+from orchestrator.session import RunConfig, config_json, config_of, run_simulated
+from workflows.spec import example, load
+
+NODE_MB = 4096.0
+
+
+class Instant:
+    """A cluster with no queue: a pilot starts on one node the moment it is submitted (its
+    dependencies are not waited for) and ends at its time limit or its release."""
+
+    name = "instant"
+    simulated = True
+    true_wait = None
+
+    def __init__(self, cores: int) -> None:
+        self.node = Resources(cores, cores * NODE_MB, 1e6)
+        self._jobs: dict[str, JobInfo] = {}
+        self._updates: asyncio.Queue[JobInfo] = asyncio.Queue()
+
+    async def check(self, request: PilotRequest) -> None:
+        if request.cores > self.node.cores:
+            raise SubmitError(f"{request.cores} cores: a node has {self.node.cores}", "cores")
+
+    async def submit(self, request: PilotRequest) -> str:
+        await self.check(request)
+        now, job_id = clock.now(), str(len(self._jobs) + 1)
+        memory = request.memory_mb or request.cores * NODE_MB
+        share = NodeShare("n0", request.cores, int(memory))
+        self._set(JobInfo(job_id, JobState.RUNNING, "", now, now, now, nodes=(share,)))
+        loop = asyncio.get_running_loop()
+        loop.call_at(now + request.time_limit_s, self._end, job_id, JobState.TIMEOUT)
+        return job_id
+
+    async def cancel(self, job_id: str) -> None:
+        self._end(job_id, JobState.CANCELLED)
+
+    async def release(self, job_id: str) -> None:
+        self._end(job_id, JobState.COMPLETED)
+
+    async def updates(self) -> AsyncIterator[JobInfo]:
+        while True:
+            yield await self._updates.get()
+
+    async def close(self) -> None:
+        pass
+
+    async def cluster_name(self) -> str:
+        return f"instant:{self.node.cores:g}"
+
+    async def largest_node(self, partitions: set[str | None]) -> Resources:
+        return self.node
+
+    async def reattach(self, request: PilotRequest, job_id: str | None, submitted: float):
+        raise ResumeRefused("an instant cluster lives in memory")
+
+    def _end(self, job_id: str, state: JobState) -> None:
+        info = self._jobs[job_id]
+        if not info.state.finished:
+            self._set(JobInfo(job_id, state, "", info.submit_time, info.eligible_time,
+                              info.start_time, clock.now(), info.nodes))  # fmt: skip
+
+    def _set(self, info: JobInfo) -> None:
+        self._jobs[info.job_id] = info
+        self._updates.put_nowait(info)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstantOptions:
+    name: ClassVar[str] = "instant"
+    workers: ClassVar[Workers] = Workers.SIMULATED
+
+    cores: int = 28
+
+    def open(self, site: RunSite | None = None) -> Instant:
+        return Instant(self.cores)
+
+
+@pytest.fixture
+def instant():
+    register(InstantOptions)
+    yield InstantOptions
+    del BACKENDS[InstantOptions.name]
+
+
+def test_a_registered_backend_runs_a_workflow(instant):
+    summary = run_simulated(load(example("blast"), scale=28), RunConfig(backend=instant()))
+    assert summary.status == "done"
+    assert summary.twt_s == 0  # nothing queues
+    assert all(p.cores <= 28 for p in summary.pilots)
+
+
+def test_its_options_are_kept_in_a_run_s_record_and_read_back(instant):
+    config = RunConfig(strategy="per-stage", backend=instant(cores=14))
+    data = json.loads(json.dumps(config_json(config)))
+    assert data["backend"] == {"name": "instant", "cores": 14}
+    assert config_of(data) == config
+
+
+def test_the_cli_offers_it_and_refuses_the_flags_of_other_backends(instant, cli):
+    blast = str(example("blast"))
+    done = cli("run", blast, "--backend", "instant", "--strategy", "per-stage", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["status"] == "done"
+    wrong = cli("run", blast, "--backend", "instant", "--oversubscribe", "--quiet")
+    assert wrong.exit_code == 2
+    assert "--oversubscribe is for --backend local" in wrong.output
+
+
+def test_the_built_in_backends_options_survive_their_record():
+    chosen = [
+        MockOptions(trace="KTH", cluster=ClusterSpec(2, 4), offset=3.0),
+        LocalOptions(worker_args=("--sample-interval", "0.2"), oversubscribe=True),
+        SlurmOptions(sbatch_options=("--account=p",), bind="10.0.0.1"),
+    ]
+    assert {type(o) for o in chosen} == set(BACKENDS.values())
+    for options in chosen:
+        assert options_of(json.loads(json.dumps(options_json(options)))) == options
+    with pytest.raises(ValueError, match="unknown backend 'nope'; choose one of mock"):
+        backend_options("nope")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sbatch-option=--account=p"], "--sbatch-option is for --backend slurm"),
+        (["--keep-sandboxes", "always"], "--keep-sandboxes is for --backend local or slurm"),
+        (["--backend", "local", "--load", "0.5"], "--load is for --backend mock"),
+        (["--backend", "slurm", "--trace", "KTH"], "--trace is for --backend mock"),
+    ],
+)
+def test_a_backend_s_flag_given_to_another_is_a_one_line_error(cli, args, message):
+    done = cli("run", str(example("blast")), "--quiet", *args)
+    assert done.exit_code == 2
+    assert message in done.output
+    assert "Traceback" not in done.output
