@@ -188,10 +188,23 @@ async def resume(store: Store, run_id: str, *, observer: Observer | None = None)
         )
     if not run.get("workflow_text") or not run.get("options"):
         raise ResumeError(f"run {run_id} was started from Python: it cannot be resumed")
-    config = config_of(run["options"])
+    config = recorded_config(run)
     source = run["source"] or "<string>"
     workflow = loads(run["workflow_text"], source=source, scale=run["scale"])
     return await execute(workflow, config, store, observer=observer, saved=saved)
+
+
+def recorded_config(run: dict[str, Any]) -> RunConfig:
+    """The configuration a run was recorded with; a run recorded by a leadtime that wrote
+    its options otherwise is refused, naming it, rather than taken up wrongly."""
+    try:
+        return config_of(run["options"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ResumeError(
+            f"run {run['run_id']} was recorded by another version of leadtime, whose options "
+            f"this one cannot read ({type(e).__name__}: {e}): run the workflow again (the "
+            "run's workers leave by themselves when no manager comes back)"
+        ) from e
 
 
 async def last_unfinished(store: Store, workflow: Workflow) -> str | None:
@@ -228,7 +241,7 @@ async def cancel(store: Store, run_id: str) -> list[str]:
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
         raise ResumeError(f"run {run_id} is {state}: nothing to cancel")
     cancelled = []
-    config = config_of(run["options"]) if run.get("options") else None
+    config = recorded_config(run) if run.get("options") else None
     if config is not None and config.backend.workers is not Workers.SIMULATED:
         async with run_manager(config.backend, Path(run["run_dir"]), resumed=True) as owner:
             for row in saved.pilots:

@@ -11,6 +11,9 @@ import time
 import pytest
 from crash import Crash
 
+from backends import clock
+from orchestrator.store import Store
+
 POINTS = {  # when the manager is killed, and whether a pilot is then surely running
     "in the first stage": (lambda c: c.done("a") >= 2, True),
     "at the stage boundary": (lambda c: c.done("a") == c.tasks, False),
@@ -104,3 +107,26 @@ def test_resume_refuses_a_run_whose_manager_is_alive(tmp_path):
         assert f"run {crash.run_id} is running: its manager (pid {crash.manager.pid}" in done.stderr
     finally:
         crash.kill()
+
+
+def test_a_run_recorded_with_options_this_version_cannot_read_is_refused(tmp_path, cli):
+    async def record() -> None:
+        async with await Store.open(tmp_path / "store.db") as store:
+            store.stage(
+                "runs",
+                {"run_id": "old"},
+                workflow="w",
+                backend="local",
+                status="interrupted",
+                created=0.0,
+                workflow_text='name = "w"',
+                options={"backend": "local", "local": {"oversubscribe": False}},  # as before
+            )
+            await store.flush()
+
+    clock.run(record(), virtual=False)
+    for command in ("resume", "cancel"):
+        done = cli(command, "old")
+        assert done.exit_code == 2, done.output
+        assert "run old was recorded by another version of leadtime" in done.output
+        assert "Traceback" not in done.output
