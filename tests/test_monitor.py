@@ -176,11 +176,13 @@ async def test_a_task_ignoring_sigterm_is_killed_after_the_grace(runner):
 async def test_an_attempt_that_ended_before_it_was_stopped_keeps_its_outcome(runner):
     """A stop (a worker shutting down) that comes after the task exited, before the worker
     read its exit, must not turn a finished task into a lost one: it would run twice."""
-    done = asyncio.create_task(runner.run(AttemptSpec("quick", 0, "true", Resources(1, 100, 10))))
+    spec = AttemptSpec("quick", 0, "sleep 1", Resources(1, 100, 10))
+    done = asyncio.create_task(runner.run(spec))
     while not runner.running:
         await asyncio.sleep(0.001)
     [running] = runner._running.values()
-    os.waitid(os.P_PID, running.pid, os.WEXITED | os.WNOWAIT)  # exited; the loop has not seen it
+    # Blocks the loop until the task exits: the worker cannot have read its exit yet.
+    os.waitid(os.P_PID, running.pid, os.WEXITED | os.WNOWAIT)
     assert not runner.stop("quick", 0, "worker shut down")
     result = await done
     assert result.outcome is Outcome.SUCCESS and result.exit_code == 0
