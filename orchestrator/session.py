@@ -31,9 +31,10 @@ from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
 from orchestrator import clock, protocol, runs
+from orchestrator.autoalloc import Node, with_fallbacks
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
 from orchestrator.manager import Manager, host_address
-from orchestrator.planner import Planner, make_planner
+from orchestrator.planner import AutoFit, Planner, make_planner
 from orchestrator.pool import Pool
 from orchestrator.remote import RemoteWorkers
 from orchestrator.runs import RunState, SavedRun
@@ -391,6 +392,8 @@ async def _execute(
         workers = SimulatedWorkers(truths)
     else:
         truths = {}
+    shape = Node(int(node.cores), node.memory, mock.cluster.nodes if mock is not None else None)
+    workflow = with_fallbacks(workflow, shape)
     own = {s.name: stage_worker(s.allocation, node) for s in workflow.stages}
     share = {s.name: stage_share(s, own[s.name], s.tasks.size) for s in workflow.stages}
 
@@ -419,6 +422,7 @@ async def _execute(
         predict=waits.predict,
         true_wait=mock.true_wait if mock is not None else None,
         idle_cancel_s=config.idle_cancel_s,
+        fit=AutoFit(shape, waits.outlook),
     )
     sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
     sizing = await SizingState.load(store, workflow.name, sizer)
