@@ -181,7 +181,8 @@ class _Shape:
     @classmethod
     def of(cls, demand: Demand, node: Node) -> _Shape:
         per_task = max(demand.task_cores, 1e-9)
-        return cls(max(demand.tasks, 1), per_task, max(1, int(node.cores // per_task)), node)
+        per_node = max(1, math.floor(node.cores / per_task + 1e-9))
+        return cls(max(demand.tasks, 1), per_task, per_node, node)
 
     @property
     def pinned(self) -> bool:

@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 
+from backends.workload import ClusterSpec
+from orchestrator import clock
 from orchestrator.autoalloc import (
     FALLBACK_TIME_S,
     MARGIN,
@@ -18,7 +20,9 @@ from orchestrator.autoalloc import (
     with_fallbacks,
 )
 from orchestrator.planner import AutoFit, PerStage, Phase, StageView, Submit
-from workflows.spec import Allocation, Stage, TaskTemplate, Workflow
+from orchestrator.session import MockOptions, RunConfig, execute
+from orchestrator.store import Store
+from workflows.spec import Allocation, Stage, TaskTemplate, Workflow, loads
 
 NODE = Node(cores=28, memory_mb=128_000, count=9)
 AUTO = Allocation(1, auto=True)
@@ -178,3 +182,54 @@ def test_a_hand_written_stage_is_left_as_written():
     view = StageView("s", (), Allocation(28), Phase.READY)
     (submit,) = PerStage(fit).decide(0.0, {"s": view}, []).actions
     assert submit.allocation == Allocation(28)
+
+
+WORKFLOW = """
+name = "fitted"
+
+[[stage]]
+name = "many"
+allocation = { max_time = "2h" }
+tasks = { command = "run {index}", count = 40, cores = 1 }
+simulate = { duration = "normal(120, 5)" }
+
+[[stage]]
+name = "one"
+allocation = "auto"
+tasks = { command = "merge", count = 1 }
+simulate = { duration = "normal(30, 2)" }
+"""
+
+
+def test_a_second_run_fits_its_pilots_to_what_the_first_learned(tmp_path):
+    """First run: the fallback (one node, max_time or 1 h); second run: a limit from the
+    learned run times, never below the longest of them plus margin, and wider where the
+    queue let the first pilots start at once; the choice is stored with each pilot."""
+    wf = loads(WORKFLOW, source=tmp_path / "wf.toml")
+    cluster = ClusterSpec(nodes=4, cores_per_node=8)
+    config = RunConfig(strategy="per-stage", mock=MockOptions(load=0, cluster=cluster))
+
+    async def main():
+        async with await Store.open(tmp_path / "s.db") as store:
+            runs = [await execute(wf, config, store) for _ in range(2)]
+            pilots = [await store.rows("pilots", {"run_id": r.run_id}) for r in runs]
+            attempts = await store.rows("attempts", {"run_id": runs[0].run_id})
+        return runs, pilots, attempts
+
+    runs, pilots, attempts = clock.run(main(), virtual=True)
+    assert [r.status for r in runs] == ["done", "done"]
+    first = {p["stage"]: p for p in pilots[0]}
+    assert first["many"]["request"]["cores"] == 8
+    assert first["many"]["request"]["time_limit_s"] == 7200
+    assert first["one"]["request"]["time_limit_s"] == FALLBACK_TIME_S
+    assert "no run time known" in first["many"]["fit"]
+    second = {p["stage"]: p for p in pilots[1]}
+    longest = max(a["end_t"] - a["start_t"] for a in attempts if a["task_id"].startswith("many"))
+    limit = second["many"]["request"]["time_limit_s"]
+    assert longest * (1 + MARGIN) + STARTUP_S <= limit < 1800
+    # at most twice the widest learned width (16 cores): the fewest cores for 3 waves
+    assert second["many"]["request"]["cores"] == 14
+    assert "run times learned of 40 in earlier runs" in second["many"]["fit"]
+    assert second["one"]["request"]["cores"] == 1
+    assert second["one"]["request"]["time_limit_s"] <= 5 * 60
+    assert not any(p["state"] == "TIMEOUT" for p in pilots[1])
