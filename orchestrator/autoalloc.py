@@ -82,10 +82,9 @@ LEARNED_KEEP = 2000
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One node of the partition, and how many the partition has (None: not known)."""
+    """A node's cores, and how many nodes the partition has (None: not known)."""
 
     cores: int
-    memory_mb: float | None = None
     count: int | None = None
 
 
@@ -100,7 +99,8 @@ class Demand:
     durations: tuple[float, ...] = ()
     """Learned (or declared) run times of its tasks, seconds."""
     source: str = ""
-    """Where ``durations`` come from, in words: ``24 tasks of earlier runs``."""
+    """Where ``durations`` come from, in words: ``run times learned of 24 in earlier runs, the
+    longest 5 min 31 s``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +117,8 @@ class Fit:
     """Expected queue wait (None: none learned)."""
     because: str
     pinned: bool = False
+    wait_seen: bool = False
+    """``wait_s`` is what a pilot of this geometry last waited, not read off other widths'."""
     """Ask for exactly ``nodes`` nodes (tasks of several cores need them whole); otherwise
     only the cores are asked for, and the scheduler places them wherever there is room."""
 
@@ -129,9 +131,12 @@ class Fit:
             else f"{self.cores} core{'s' if self.cores != 1 else ''}"
             + (f" ({self.nodes} nodes' worth)" if self.nodes > 1 else "")
         )
-        wait = (
-            "no wait learned" if self.wait_s is None else f"predicted wait {duration(self.wait_s)}"
-        )
+        if self.wait_s is None:
+            wait = "no wait learned"
+        elif self.wait_seen:
+            wait = f"predicted wait {duration(self.wait_s)}"
+        else:
+            wait = f"wait {duration(self.wait_s)} by other widths' (never tried)"
         return (
             f"stage {stage} fit: {shape}, {duration(self.time_limit_s)}, {wait}, "
             f"because {self.because}"
@@ -216,11 +221,28 @@ class _Shape:
         return sorted(s for s in waves | nodes if s <= most) or [most]
 
     def fit(
-        self, slots: int, limit: float, run: float | None, wait: float | None, why: str, d: Demand
+        self,
+        slots: int,
+        limit: float,
+        run: float | None,
+        why: str,
+        demand: Demand,
+        wait_s: float | None = None,
+        wait_seen: bool = False,
     ) -> Fit:
-        cores = self.cores(slots)
-        memory = None if d.task_memory_mb is None else math.ceil(slots * d.task_memory_mb)
-        return Fit(cores, self.nodes(slots), limit, memory, run, wait, why, self.pinned)
+        """The pilot of ``slots`` tasks side by side."""
+        memory = None if demand.task_memory_mb is None else math.ceil(slots * demand.task_memory_mb)
+        return Fit(
+            self.cores(slots),
+            self.nodes(slots),
+            limit,
+            memory,
+            run,
+            wait_s,
+            why,
+            self.pinned,
+            wait_seen,
+        )
 
 
 def choose(demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf) -> Fit:
@@ -232,9 +254,8 @@ def choose(demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf) -> F
     runs = np.sort(np.asarray(demand.durations, dtype=float))
     slots = shape.candidates(bounds)
     cores = {s: shape.cores(s) for s in slots}
-    waits = _waits(
-        {s: wait_of(shape.nodes(s) if shape.pinned else None, cores[s]) for s in slots}, cores
-    )
+    learned = {s: wait_of(shape.nodes(s) if shape.pinned else None, cores[s]) for s in slots}
+    waits = _waits(learned, cores)
     timed = {s: _run_time(runs, shape.tasks, s) for s in slots}
     allowed = [s for s in slots if s in waits] if waits else slots
     fitting = [s for s in allowed if bounds.max_time_s is None or timed[s][1] <= bounds.max_time_s]
@@ -249,7 +270,8 @@ def choose(demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf) -> F
         best = allowed[-1]
         mean, limit = timed[best][0], bounds.max_time_s
         why = f"{demand.source}; even {cores[best]} cores need longer than max_time allows"
-    return shape.fit(best, limit, mean, waits.get(best), why, demand)
+    seen = learned[best] is not None
+    return shape.fit(best, limit, mean, why, demand, wait_s=waits.get(best), wait_seen=seen)
 
 
 def fallback(demand: Demand, node: Node, bounds: Allocation) -> Fit:
@@ -258,7 +280,7 @@ def fallback(demand: Demand, node: Node, bounds: Allocation) -> Fit:
     slots = min(shape.per_node, shape.most_slots(bounds))
     limit = bounds.max_time_s if bounds.max_time_s is not None else FALLBACK_TIME_S
     why = f"no run time known yet (first run, no wall declared): one node, {duration(limit)}"
-    return shape.fit(slots, limit, None, None, why, demand)
+    return shape.fit(slots, limit, None, why, demand)
 
 
 def fitted(allocation: Allocation, fit: Fit) -> Allocation:

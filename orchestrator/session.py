@@ -392,7 +392,7 @@ async def _execute(
         workers = SimulatedWorkers(truths)
     else:
         truths = {}
-    shape = Node(int(node.cores), node.memory, mock.cluster.nodes if mock is not None else None)
+    shape = Node(int(node.cores), mock.cluster.nodes if mock is not None else None)
     workflow = with_fallbacks(workflow, shape)
     own = {s.name: stage_worker(s.allocation, node) for s in workflow.stages}
     share = {s.name: stage_share(s, own[s.name], s.tasks.size) for s in workflow.stages}

@@ -24,7 +24,7 @@ from orchestrator.session import MockOptions, RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import Allocation, Stage, TaskTemplate, Workflow, loads
 
-NODE = Node(cores=28, memory_mb=128_000, count=9)
+NODE = Node(cores=28, count=9)
 AUTO = Allocation(1, auto=True)
 
 
