@@ -173,6 +173,9 @@ class BatchBackend(Protocol):
     true_wait: Callable[[Allocation], float] | None
     """The wait a pilot of an allocation submitted now would have, where the backend knows it
     (the simulated cluster's what-if replay, which the oracle plans with); else None."""
+    node_count: int | None
+    """How many nodes one pilot can span at most, where the backend knows (an automatic
+    allocation is chosen within it); else None."""
 
     async def largest_node(self, partitions: set[str | None]) -> Resources | None:
         """The largest node of ``partitions`` (None: the default partition), the size a

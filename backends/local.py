@@ -136,6 +136,7 @@ class LocalBackend:
     name = "local"
     simulated = False
     true_wait = None
+    node_count = 1
 
     def __init__(
         self,

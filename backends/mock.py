@@ -121,6 +121,7 @@ class MockSlurm:
         if cluster is None:
             cluster = background.default_cluster() if background is not None else DEFAULT_CLUSTER
         self.cluster = cluster
+        self.node_count = cluster.nodes
         self.background = background
         site = background.site if background is not None else NO_POLICY
         self._options = {

@@ -144,6 +144,7 @@ class SlurmBackend:
     name = "slurm"
     simulated = False
     true_wait = None
+    node_count = None
 
     def __init__(
         self,

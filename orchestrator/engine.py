@@ -12,6 +12,7 @@ leaves the store consistent with what was done.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 import uuid
@@ -27,7 +28,7 @@ from backends import clock
 from backends.base import BatchBackend, Dependency, JobInfo, JobState, PilotRequest, SubmitError
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
-from orchestrator import human
+from orchestrator import autoalloc, human
 from orchestrator.agent import footprint
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
 from orchestrator.breaker import Breaker
@@ -110,6 +111,8 @@ class StageRun:
     last_allocation: Resources | None = None
     causes: Counter[str] = field(default_factory=Counter)
     """Attempts that did not succeed, by kind of cause (lost, memory, disk, wall, failed)."""
+    earlier: list[tuple[float, float | None]] = field(default_factory=list)
+    """Run times and cores of its tasks in earlier runs, for an automatic allocation."""
 
 
 @dataclass
@@ -562,10 +565,21 @@ class Engine:
         ends = self._forecasts()
         return {
             name: StageView(
-                name, s.spec.after, s.spec.allocation, s.phase, s.ready_t, ends.get(name)
+                name,
+                s.spec.after,
+                s.spec.allocation,
+                s.phase,
+                s.ready_t,
+                ends.get(name),
+                functools.partial(self._demand, s) if s.spec.allocation.auto else None,
             )
             for name, s in self.stages.items()
         }
+
+    def _demand(self, stage: StageRun) -> autoalloc.Demand:
+        left = len(stage.tasks) - stage.done
+        values = stage.durations.values()
+        return autoalloc.demand(left, stage.spec.tasks.declared, values, stage.earlier)
 
     def _forecasts(self) -> dict[str, float]:
         """Forecast end (run time) of every open stage that an open stage waits for: the
@@ -704,6 +718,7 @@ class Engine:
             request=_request_json(request),
             predicted_wait=action.predicted_wait,
             submit_t=pilot.submit_t,
+            fit=action.fit,
         )
         pilot.job_id = await self.backend.submit(request)
         self._by_job[pilot.job_id] = pilot
@@ -1028,6 +1043,13 @@ class Engine:
         for name, mean in history.items():
             if name in self.stages:
                 self.stages[name].durations.prior = mean
+        if any(s.spec.allocation.auto for s in self.stages.values()):
+            runs = await self.store.task_runs(
+                self.workflow.name, self.backend.name, autoalloc.LEARNED_KEEP
+            )
+            for name, found in runs.items():
+                if name in self.stages:
+                    self.stages[name].earlier = found
         manager = {"manager": Manager.this().as_json(), "heartbeat": clock.wall()}
         if self._restored is not None:
             self.store.stage("runs", {"run_id": self.run_id}, status="running", **manager)

@@ -77,6 +77,10 @@ class Durations:
     def __len__(self) -> int:
         return self._n
 
+    def values(self) -> tuple[float, ...]:
+        """The durations added, shortest first."""
+        return tuple(self._values[: self._n].tolist())
+
     @property
     def mean(self) -> float | None:
         if self._n:

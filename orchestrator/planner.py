@@ -11,6 +11,10 @@ submissions and cancellations, plus the time it next wants to be asked.
 - ``asa-naive``: the same without a dependency; an early pilot that would idle
   longer than a threshold is cancelled and submitted again.
 - ``oracle``: like ``asa``, but the wait is the simulator's true answer.
+
+A stage whose allocation is automatic (``allocation = "auto"``) gets its pilot's
+geometry and time limit chosen when the planner first plans that pilot
+(:class:`AutoFit`, ``orchestrator.autoalloc``); ``bigjob`` submits its fallback.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from learners.queue_wait import Prediction
+from orchestrator.autoalloc import Demand, Fit, Node, choose, fitted
 from orchestrator.human import duration, offset
 from workflows.spec import Allocation
 
@@ -48,6 +53,8 @@ class StageView:
     phase: Phase
     ready_t: float | None = None
     forecast_end: float | None = None
+    demand: Callable[[], Demand] | None = None
+    """What the stage still has to run, for an automatic allocation (None: hand-written)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,8 @@ class Submit:
     predicted_wait: float | None = None
     prediction: Any = None
     """The learner's prediction object, handed back when the wait is observed."""
+    fit: str | None = None
+    """Why an automatic allocation is what it is, in words (None: written by hand)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +108,56 @@ class Planner(Protocol):
         ...
 
 
+WaitOutlook = Callable[[Allocation], float | None]
+"""The learned queue wait of an allocation's geometry, without drawing a prediction (None:
+never learned)."""
+
+
+@dataclass
+class AutoFit:
+    """Chooses automatic allocations on nodes like ``node``; a stage's choice is kept until
+    its pilot is submitted, so its predicted wait and its submission agree."""
+
+    node: Node
+    outlook: WaitOutlook
+    _fits: dict[str, Fit] = field(default_factory=dict)
+
+    def allocation(self, view: StageView) -> tuple[Allocation, Fit | None]:
+        """The pilot of ``view``'s stage, and the choice behind it (None: hand-written)."""
+        if view.demand is None or not view.allocation.auto:
+            return view.allocation, None
+        if view.name not in self._fits:
+            base = view.allocation
+
+            def wait_of(nodes: int | None, cores: int) -> float | None:
+                return self.outlook(replace(base, nodes=nodes, cores=cores))
+
+            self._fits[view.name] = choose(view.demand(), self.node, base, wait_of)
+        fit = self._fits[view.name]
+        return fitted(view.allocation, fit), fit
+
+    def submitted(self, stage: str) -> Fit | None:
+        """The choice behind ``stage``'s pilot, just submitted; its next pilot chooses anew."""
+        return self._fits.pop(stage, None)
+
+
 class _StageAllocations:
-    """Planners that submit each stage's own allocation."""
+    """Planners that submit each stage's own allocation (chosen by ``fit`` when automatic)."""
+
+    fit: AutoFit | None = None
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
         return [Submit((v.name,), v.allocation) for v in stages]
+
+    def _allocation(self, view: StageView) -> Allocation:
+        return view.allocation if self.fit is None else self.fit.allocation(view)[0]
+
+    def _submit(self, view: StageView, **more: Any) -> Submit:
+        """``view``'s pilot, with the choice behind it in words when it was chosen."""
+        allocation = self._allocation(view)
+        fit = None if self.fit is None else self.fit.submitted(view.name)
+        words = None if fit is None else fit.words(view.name)
+        return Submit((view.name,), allocation, fit=words, **more)
 
 
 def _unserved(stages: Mapping[str, StageView], pilots: Sequence[PilotView]) -> list[StageView]:
@@ -111,19 +165,22 @@ def _unserved(stages: Mapping[str, StageView], pilots: Sequence[PilotView]) -> l
     return [v for v in stages.values() if v.phase.open and v.name not in served]
 
 
+@dataclass
 class PerStage(_StageAllocations):
     """Submit a stage's pilot once the stage is ready."""
 
-    name = "per-stage"
+    fit: AutoFit | None = None
+    name: str = "per-stage"
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
     ) -> Plan:
         ready = [v for v in _unserved(stages, pilots) if v.phase != Phase.WAITING]
-        return Plan(
-            tuple(Submit((v.name,), v.allocation) for v in ready),
-            notes=tuple(f"stage {v.name}: ready, submitting now" for v in ready),
-        )
+        actions = [self._submit(v) for v in ready]
+        notes = []
+        for v, action in zip(ready, actions, strict=True):
+            notes += [f"stage {v.name}: ready, submitting now", *_fit_words(action)]
+        return Plan(tuple(actions), notes=tuple(notes))
 
 
 class BigJob:
@@ -200,6 +257,7 @@ class Asa(_StageAllocations):
     dependency: bool = True
     idle_cancel_s: float = 600.0
     name: str = "asa"
+    fit: AutoFit | None = None
     _predictions: dict[str, tuple[float, Any]] = field(default_factory=dict)
 
     def decide(
@@ -232,11 +290,13 @@ class Asa(_StageAllocations):
                 wake.append(due[view.name])
                 continue
             wait, prediction = self._prediction(view, now)
-            actions.append(Submit((view.name,), view.allocation, after, wait, prediction))
+            submit = self._submit(view, after=after, predicted_wait=wait, prediction=prediction)
+            actions.append(submit)
             notes.append(
                 f"stage {view.name}: {_wait_words(wait, prediction)}, submitting now"
                 + (" after " + ", ".join(after) if after else "")
             )
+            notes += _fit_words(submit)
             self._predictions.pop(view.name, None)
         for name, at in due.items():
             if now < at - DUE:
@@ -250,7 +310,7 @@ class Asa(_StageAllocations):
 
     def _prediction(self, view: StageView, now: float) -> tuple[float, Any]:
         if view.name not in self._predictions:
-            self._predictions[view.name] = self.predict(view.allocation)
+            self._predictions[view.name] = self.predict(self._allocation(view))
         return self._predictions[view.name]
 
     @staticmethod
@@ -291,6 +351,10 @@ class Asa(_StageAllocations):
                 for v in views:
                     self._predictions[v.name] = (pilot.wait or 0.0, None)
         return cancels
+
+
+def _fit_words(submit: Submit) -> list[str]:
+    return [] if submit.fit is None else [submit.fit]
 
 
 def _wait_words(wait: float, prediction: Any) -> str:
@@ -339,7 +403,7 @@ class Oracle(Asa):
     def _prediction(self, view: StageView, now: float) -> tuple[float, Any]:
         assert self.true_wait is not None
         if view.name not in self._predictions or now - self._asked[view.name] >= self.refresh_s:
-            self._predictions[view.name] = (self.true_wait(view.allocation), None)
+            self._predictions[view.name] = (self.true_wait(self._allocation(view)), None)
             self._asked[view.name] = now
         return self._predictions[view.name]
 
@@ -353,19 +417,23 @@ def make_planner(
     predict: WaitPredictor | None = None,
     true_wait: TrueWait | None = None,
     idle_cancel_s: float = 600.0,
+    fit: AutoFit | None = None,
 ) -> Planner:
-    """The planner for ``strategy`` (one of :data:`STRATEGIES`)."""
+    """The planner for ``strategy`` (one of :data:`STRATEGIES`); ``fit`` chooses automatic
+    allocations (without it, or for ``bigjob``, they keep their fallback)."""
     if strategy == "bigjob":
         return BigJob()
     if strategy == "per-stage":
-        return PerStage()
+        return PerStage(fit)
     if strategy in ("asa", "asa-naive"):
         if predict is None:
             raise ValueError(f"strategy {strategy} needs a queue-wait predictor")
         naive = strategy == "asa-naive"
-        return Asa(predict, dependency=not naive, idle_cancel_s=idle_cancel_s, name=strategy)
+        return Asa(
+            predict, dependency=not naive, idle_cancel_s=idle_cancel_s, name=strategy, fit=fit
+        )
     if strategy == "oracle":
         if true_wait is None:
             raise ValueError("strategy oracle needs the simulator's true waits (--backend mock)")
-        return Oracle(lambda _: (0.0, None), true_wait=true_wait)
+        return Oracle(lambda _: (0.0, None), true_wait=true_wait, fit=fit)
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")

@@ -137,6 +137,8 @@ def status_tables(status: Mapping[str, Any], now: float) -> list[RenderableType]
     shown = [_run_lines(status, now), _stage_counts(status), _stage_times(status)]
     if status["pilots"]:
         shown += [_pilot_table(status), _pilot_times(status)]
+    if any(p.get("fit") for p in status["pilots"]):
+        shown.append(_fits(status))
     if status["did_not_succeed"]:
         shown.append(_failed_table(status))
     return shown
@@ -292,6 +294,15 @@ def _pilot_table(status: Mapping[str, Any]) -> Table:
             duration(p["wait_s"]),
             {True: "hit", False: "over-predicted", None: "-"}[p["hit"]],
         )
+    return table
+
+
+def _fits(status: Mapping[str, Any]) -> Table:
+    """Why each automatic allocation's pilot is as wide and as long as it is."""
+    table = _table("automatic allocations", ("pilot", "chosen"), {"pilot", "chosen"})
+    for p in status["pilots"]:
+        if p.get("fit"):
+            table.add_row(p["pilot_id"], p["fit"])
     return table
 
 

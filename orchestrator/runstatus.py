@@ -116,6 +116,7 @@ def _pilots(record: RunRecord, recorded: Sequence[Mapping[str, Any]]) -> list[di
                 "job_id": row.get("job_id"),
                 "reason": row.get("reason") or None,
                 "request": {k: request.get(k) for k in GEOMETRY if k in request},
+                "fit": row.get("fit"),
             }
         )
     return out

@@ -37,9 +37,10 @@ from learners.sizing.base import TaskFeatures
 from orchestrator import runs
 from orchestrator.agent import protocol
 from orchestrator.agent import worker as agent
+from orchestrator.autoalloc import Node, with_fallbacks
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
 from orchestrator.manager import Manager, host_address
-from orchestrator.planner import Planner, make_planner
+from orchestrator.planner import AutoFit, Planner, make_planner
 from orchestrator.pool import Pool
 from orchestrator.remote import RemoteWorkers
 from orchestrator.runs import RunState, SavedRun
@@ -299,6 +300,8 @@ async def _execute(
         workers = SimulatedWorkers(truths)
     else:
         truths = {}
+    shape = Node(int(node.cores), backend.node_count)
+    workflow = with_fallbacks(workflow, shape)
     own = {  # the largest worker each stage's pilot brings
         s.name: node_share(s.allocation.cores, s.allocation.nodes, s.allocation.memory_mb, node)
         for s in workflow.stages
@@ -330,6 +333,7 @@ async def _execute(
         predict=waits.predict,
         true_wait=backend.true_wait,
         idle_cancel_s=config.idle_cancel_s,
+        fit=AutoFit(shape, waits.outlook),
     )
     sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
     sizing = await SizingState.load(store, workflow.name, sizer)

@@ -72,6 +72,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "eligible_t",
             "start_t",
             "end_t",
+            "fit",
         ),
     ),
     "tasks": (
@@ -282,6 +283,26 @@ class Store:
             (workflow, backend),
         )
         return dict(await clock.held(cursor.fetchall()))
+
+    async def task_runs(
+        self, workflow: str, backend: str, latest: int
+    ) -> dict[str, list[tuple[float, float | None]]]:
+        """Run time and allocated cores of the ``latest`` successful attempts per stage, over
+        earlier runs of ``workflow``: what an automatic allocation sizes its pilot by."""
+        cursor = await self._exec(
+            "SELECT t.stage, a.end_t - a.start_t, a.allocation "
+            "FROM attempts a "
+            "JOIN tasks t ON t.run_id = a.run_id AND t.task_id = a.task_id "
+            "JOIN runs r ON r.run_id = a.run_id "
+            "WHERE r.workflow = ? AND r.backend = ? AND a.outcome = 'success' "
+            "ORDER BY r.created, a.end_t",
+            (workflow, backend),
+        )
+        found: dict[str, list[tuple[float, float | None]]] = {}
+        for stage, wall, allocation in await clock.held(cursor.fetchall()):
+            cores = (_decode("allocation", allocation) or {}).get("cores")
+            found.setdefault(stage, []).append((float(wall), cores))
+        return {stage: runs[-latest:] for stage, runs in found.items()}
 
     async def load_learner(self, name: str) -> dict[str, Any] | None:
         found = await self.rows("learners", {"name": name})

@@ -89,6 +89,14 @@ class QueueWaits:
             self.learner.distribution(g, top=len(self.learner.grid)), self.estimate
         ), prediction
 
+    def outlook(self, allocation: Allocation) -> float | None:
+        """The wait ``allocation``'s geometry last had, None if it was never seen: what an
+        automatic allocation weighs widths by. Unlike :meth:`predict` it draws nothing, so
+        weighing many geometries changes no state; and it is the freshest evidence of the
+        queue there is, where Algorithm 1's distribution takes many waits of a geometry to
+        leave its prior."""
+        return self.learner.stats(geometry(allocation)).last_wait
+
     def observe_wait(
         self, allocation: Allocation, prediction: Any, wait: float, planned: float | None = None
     ) -> bool | None:

@@ -39,6 +39,7 @@ class Instant:
     name = "instant"
     simulated = True
     true_wait = None
+    node_count = 1
 
     def __init__(self, cores: int) -> None:
         self.node = Resources(cores, cores * NODE_MB, 1e6)

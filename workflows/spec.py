@@ -24,23 +24,33 @@ from workflows import bounds, checks, quantity, readers, template
 from workflows.synthetic import Distribution
 from workflows.toml_lines import KeyPath, deep_line, key_lines, line_of, long_key_line
 
+DEFAULT_TIME_S = 3600.0
+"""A pilot's time limit when the file gives none."""
+
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """A stage's pilot: ``cores`` cores and ``memory_mb`` MB in total.
 
     ``nodes`` pins the node count (cores split evenly); ``None`` lets the
-    scheduler spread the cores over nodes with room.
+    scheduler spread the cores over nodes with room. An ``auto`` allocation is
+    chosen by the planner when its pilot is submitted (``orchestrator.autoalloc``),
+    within ``max_nodes``, ``max_cores`` and ``max_time_s``; until then its
+    cores and time limit are placeholders that a run replaces by the fallback.
     """
 
     cores: int
     nodes: int | None = None
     memory_mb: int | None = None
-    time_limit_s: float = 3600.0
+    time_limit_s: float = DEFAULT_TIME_S
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
     sbatch: tuple[str, ...] = ()
+    auto: bool = False
+    max_nodes: int | None = None
+    max_cores: int | None = None
+    max_time_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +247,16 @@ _ALLOCATION: Mapping[str, _Field] = {
     "account": _Field("account", readers.read_str, checks.optional(checks.word)),
     "qos": _Field("qos", readers.read_str, checks.optional(checks.word)),
     "sbatch": _Field("sbatch", readers.read_options, checks.sbatch_options),
+    "max_nodes": _Field("max_nodes", readers.read_int, checks.optional(checks.positive_int)),
+    "max_cores": _Field("max_cores", readers.read_int, checks.optional(checks.positive_int)),
+    "max_time": _Field("max_time_s", readers.read_seconds, checks.optional(checks.duration)),
 }
+AUTO = "auto"
+"""``allocation = "auto"``: an automatic allocation without bounds."""
+_CHOSEN = ("nodes", "memory", "time")
+"""Keys an automatic allocation chooses itself."""
+_BOUNDS = ("max_nodes", "max_cores", "max_time")
+"""Keys that bound an automatic allocation."""
 _TASKS: Mapping[str, _Field] = {
     "command": _Field("command", readers.read_str, checks.valid_command),
     "items": _Field("items", readers.read_items, checks.optional(checks.item_list)),
@@ -258,7 +277,7 @@ _SIMULATE: Mapping[str, _Field] = {
     "trace": _Field("trace", readers.read_path, checks.optional(checks.existing_file)),
 }
 _COMPONENTS: Mapping[str, tuple[type, Mapping[str, _Field], tuple[str, ...]]] = {
-    "allocation": (Allocation, _ALLOCATION, ("cores",)),
+    "allocation": (Allocation, _ALLOCATION, ()),
     "tasks": (TaskTemplate, _TASKS, ("command",)),
     "simulate": (Simulation, _SIMULATE, ()),
 }
@@ -284,7 +303,18 @@ def _refused_keys(option: str | None) -> tuple[str, ...]:
 
 
 def _allocation_problems(a: Allocation) -> Iterator[checks.Problem]:
-    if a.nodes is not None and a.nodes > a.cores:
+    bounds_given = [k for k in _BOUNDS if getattr(a, _ALLOCATION[k].attr) is not None]
+    if a.auto:
+        for key in _CHOSEN:
+            if key != "time" and getattr(a, _ALLOCATION[key].attr) is not None:
+                yield (key,), _chosen_message(key)
+    elif bounds_given:
+        yield (
+            (bounds_given[0],),
+            "bounds an automatic allocation, but this one gives cores: leave out cores, nodes, "
+            "memory and time to let leadtime choose them",
+        )
+    elif a.nodes is not None and a.nodes > a.cores:
         yield ("nodes",), f"{a.nodes} nodes cannot share {a.cores} cores"
     elif a.nodes is not None and a.cores % a.nodes:
         yield ("nodes",), f"{a.cores} cores do not split evenly over {a.nodes} nodes"
@@ -308,8 +338,17 @@ def _simulate_problems(s: Simulation) -> Iterator[checks.Problem]:
         yield ("trace", *problem[0]), problem[1]
 
 
+def _chosen_message(key: str) -> str:
+    bound = {"nodes": "max_nodes", "time": "max_time"}.get(key)
+    how = f"bound it with {bound}" if bound else "give the tasks' memory instead"
+    return f"an automatic allocation (no cores given) chooses its {key} itself: {how}"
+
+
 def _fit_problems(t: TaskTemplate, a: Allocation) -> Iterator[checks.Problem]:
     """A task declaring more than its stage's pilot has could never start."""
+    if a.auto:
+        yield from _auto_fit_problems(t, a)
+        return
     nodes = a.nodes or 1
     where = " per node" if a.nodes else ""
     if t.cores is not None and t.cores > a.cores / nodes:
@@ -328,6 +367,21 @@ def _fit_problems(t: TaskTemplate, a: Allocation) -> Iterator[checks.Problem]:
             ("tasks", "wall"),
             f"a task declares {t.wall:g} s of wall time but the allocation's time limit "
             f"is {a.time_limit_s:g} s",
+        )
+
+
+def _auto_fit_problems(t: TaskTemplate, a: Allocation) -> Iterator[checks.Problem]:
+    """A task declaring more than an automatic allocation's bounds allow could never start."""
+    if t.cores is not None and a.max_cores is not None and t.cores > a.max_cores:
+        yield (
+            ("tasks", "cores"),
+            f"a task declares {t.cores:g} cores but the allocation's max_cores is {a.max_cores}",
+        )
+    if t.wall is not None and a.max_time_s is not None and t.wall > a.max_time_s:
+        yield (
+            ("tasks", "wall"),
+            f"a task declares {t.wall:g} s of wall time but the allocation's max_time "
+            f"is {a.max_time_s:g} s",
         )
 
 
@@ -755,6 +809,11 @@ class _Loader:
         ctx: readers.Context,
     ) -> Any:
         """An Allocation, TaskTemplate or Simulation, or None when any key of it is wrong."""
+        if cls is Allocation and raw == AUTO:
+            return Allocation(1, auto=True)
+        if cls is Allocation and isinstance(raw, str):
+            self.problem(path, f'must be a table or "auto", got {quantity.describe(raw)}')
+            return None
         ok = self.table(path, raw, keys, required)
         if not isinstance(raw, dict):
             return None
@@ -763,6 +822,17 @@ class _Loader:
             if key in raw:
                 key_ok, values[spec.attr] = self.read((*path, key), raw[key], spec, ctx)
                 ok &= key_ok
+        if ok and cls is Allocation and "cores" not in raw:
+            given = [k for k in _CHOSEN if k in raw]
+            if given:
+                self.problem(
+                    (*path, "cores"),
+                    f"is missing (required): an allocation that gives {given[0]} needs cores; "
+                    "leave out nodes, memory and time too for an automatic one",
+                )
+                return None
+            values.update(cores=1, auto=True)
+            values["time_limit_s"] = values.get("max_time_s") or DEFAULT_TIME_S
         if not ok:
             return None
         value = cls(**values)

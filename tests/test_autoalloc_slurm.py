@@ -1,0 +1,77 @@
+"""An automatic allocation's learned time limit on the real Slurm of ``scripts/slurm-local up``:
+its pilot starts by backfill in a gap that a hand-written 24 h limit cannot use."""
+
+import textwrap
+import time
+
+import pytest
+from test_e2e_slurm import Cluster, sh, slurm_config
+
+from backends import clock
+from orchestrator.session import execute
+from orchestrator.store import Store
+from workflows.spec import loads
+
+pytestmark = pytest.mark.slurm
+
+WORKFLOW = """
+name = "backfill"
+[[stage]]
+name = "short"
+allocation = { max_time = "10m" }
+tasks = { command = "sleep 2", count = 4, cores = 1, memory = "100M" }
+"""
+
+
+def sbatch(cluster: Cluster, name: str, cpus: int, limit: str, seconds: int) -> str:
+    return sh(
+        "sbatch", "--parsable", f"--job-name={cluster.prefix}-{name}", "--output=/dev/null",
+        f"--ntasks={cpus}", "--mem-per-cpu=100", f"--time={limit}", f"--wrap=sleep {seconds}",
+    ).strip()  # fmt: skip
+
+
+def state(job_id: str) -> str:
+    return sh("squeue", "--noheader", "-j", job_id, "--states=all", "--format=%T").strip()
+
+
+@pytest.fixture
+def cluster():
+    cluster = Cluster()
+    yield cluster
+    cluster.clean()
+
+
+def test_an_auto_pilot_with_a_learned_limit_backfills_where_24_hours_cannot(tmp_path, cluster):
+    """A first run learns the tasks' run times (its pilot has the fallback limit, max_time).
+    Then a job holds 12 of the node's 16 CPUs for up to 5 minutes, a 16-CPU job waits for
+    them (Slurm reserves the node for it when the first may end), and a hand-written pilot
+    of 4 CPUs and 24 hours waits behind it: the 4 free CPUs are a gap of less than 5
+    minutes. The second run's automatic pilot, 4 CPUs and a limit of a few minutes, starts
+    in that gap while the 24 h job still waits."""
+    workflow = loads(textwrap.dedent(WORKFLOW), source=tmp_path / "wf.toml")
+    config = slurm_config(tmp_path, "per-stage")
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            first = await execute(workflow, config, store, run_id=f"{cluster.run_id}a")
+            blocker = sbatch(cluster, "load", 12, "5", 240)
+            deadline = time.monotonic() + 60
+            while state(blocker) != "RUNNING" and time.monotonic() < deadline:
+                await clock.sleep(0.5)
+            sbatch(cluster, "wide-load", 16, "1", 1)
+            hand = sbatch(cluster, "hand-load", 4, "24:00:00", 1)
+            second = await execute(workflow, config, store, run_id=f"{cluster.run_id}b")
+            pilots = await store.rows("pilots", {"run_id": second.run_id})
+            return first, second, pilots, blocker, hand
+
+    first, second, pilots, blocker, hand = clock.run(main(), virtual=False)
+    assert first.status == "done" and second.status == "done", (first.error, second.error)
+    assert first.pilots[0].state == "COMPLETED"
+    (pilot,) = pilots
+    limit = pilot["request"]["time_limit_s"]
+    assert limit <= 3 * 60, pilot["fit"]  # learned: a few seconds' tasks, plus margin
+    assert "run times learned of 4 in earlier runs" in pilot["fit"]
+    (figures,) = second.pilots
+    assert figures.wait is not None and figures.wait < 60  # backfilled, not after the blocker
+    assert state(blocker) == "RUNNING"
+    assert state(hand) == "PENDING"  # the 24 h limit does not fit the gap
