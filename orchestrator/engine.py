@@ -455,8 +455,10 @@ class Engine:
             if note not in self._standing:
                 self._note(note)
         self._standing = frozenset(plan.notes)
-        if plan.actions:  # written before submitting; anything else goes with the placements
-            await self._write_ahead()
+        # What the events taught is written before anything is submitted, cancelled or
+        # released: a pilot released for a stage whose last result is not in the store would
+        # take that result with it if the manager died now.
+        await self._write_ahead()
         if self.learner is not None:
             await self.learner.save(self.store)
         if self.sizing is not None:
