@@ -94,6 +94,17 @@ class AttemptResult:
         }
 
 
+def refused(spec: AttemptSpec, why: str) -> AttemptResult:
+    """An attempt that never started, and why (in the words its output tail gives)."""
+    return AttemptResult(
+        task_id=spec.task_id,
+        attempt=spec.attempt,
+        outcome=Outcome.FAILED,
+        peak=Resources(wall=0.0),
+        output_tail=f"[leadtime] {why}",
+    )
+
+
 def cause(result: AttemptResult, allocation: Resources) -> str | None:
     """Why an attempt did not succeed, in a few words (None when it did): ``memory 812 MB >
     500 MB``, ``exit code 3``, ``worker left: disconnected``."""

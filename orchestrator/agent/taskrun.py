@@ -42,7 +42,7 @@ from typing import Literal
 from backends import clock
 from learners.resources import Exhaustion, Resources
 from orchestrator.agent import footprint
-from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome, refused
 from orchestrator.agent.footprint import Footprint
 from orchestrator.agent.lineage import ATTEMPT_TOKEN, WORKER_TOKEN, new_token
 from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, high_water_rss
@@ -153,7 +153,7 @@ class Runner:
         workdir = Path(spec.workdir) if spec.workdir else sandbox
         if not workdir.is_dir():
             self._clean(sandbox, None, success=False)
-            return self._refused(spec, f"no working directory {workdir} on this node")
+            return refused(spec, f"no working directory {workdir} on this node")
         footprint.remove(workdir, spec.outputs)  # stale or half-written: not this attempt's
         cgroup = self.cgroups.create(sandbox.name, spec.allocation.memory) if self.cgroups else None
         token = new_token()
@@ -163,7 +163,7 @@ class Runner:
             pid = self._spawn(spec, sandbox, workdir, token, cpus)
         except OSError as e:
             self._clean(sandbox, cgroup, success=False)
-            return self._refused(spec, f"cannot start {self.config.shell}: {e}")
+            return refused(spec, f"cannot start {self.config.shell}: {e}")
         running = self._running[key] = _Running(pid, _reaper().track(pid), token)
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.add(cgroup, pid)
@@ -378,16 +378,6 @@ class Runner:
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.remove(cgroup)
         return kept
-
-    def _refused(self, spec: AttemptSpec, why: str) -> AttemptResult:
-        """An attempt that could not start."""
-        return AttemptResult(
-            task_id=spec.task_id,
-            attempt=spec.attempt,
-            outcome=Outcome.FAILED,
-            peak=Resources(wall=0.0),
-            output_tail=f"[leadtime] {why}",
-        )
 
 
 def _plain(value: float) -> str:

@@ -44,7 +44,7 @@ from backends.base import NodeShare, WorkerLaunch, WorkerPlace
 from backends.cores import CoreSet
 from learners.resources import PACKED, Resources
 from orchestrator.agent import protocol
-from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, refused
 from orchestrator.agent.lineage import Sentinel, new_token
 from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
 from orchestrator.agent.protocol import (
@@ -512,13 +512,7 @@ class Agent:
         short = ", ".join(
             f"{r} {a[r]:g} > {free[r]:g} free" for r in PACKED if a[r] > free[r] + 1e-9
         )
-        return AttemptResult(
-            task_id=spec.task_id,
-            attempt=spec.attempt,
-            outcome=Outcome.FAILED,
-            peak=Resources(wall=0.0),
-            output_tail=f"[leadtime] worker {self.id} refused the attempt: {short}",
-        )
+        return refused(spec, f"worker {self.id} refused the attempt: {short}")
 
     def _report(self, result: AttemptResult) -> None:
         if self._channel is None:
