@@ -536,13 +536,14 @@ def test_five_pilot_cancels_lose_no_task_and_complete_none_twice(tmp_path, clust
             asyncio.get_running_loop().call_soon(cancel_one, engine)
 
     def cancel_one(engine):
-        """Cancel a running pilot whose tasks all have most of their sleep ahead, one every
-        two seconds at most: a cancel after a task's append would run it again by design."""
+        """Cancel a running pilot whose tasks all have at least 0.3 s of their sleep (1 s or
+        more) ahead, one every two seconds at most: a cancel after a task's append would run it
+        again by design. Tasks start staggered, so the window must be wider than one start."""
         now = clock.now()
         if now - last[0] >= 2:
             for pilot in engine.pilots.values():
                 starts = [s for w in pilot.workers for s in w.attempts.values()]
-                if pilot.live and starts and all(0.05 < now - s < 0.5 for s in starts):
+                if pilot.live and starts and all(0.05 < now - s < 0.7 for s in starts):
                     cancelled.append(pilot.job_id)
                     last[0] = now
                     sh("scancel", pilot.job_id)
