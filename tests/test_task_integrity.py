@@ -293,3 +293,15 @@ def test_the_engine_counts_only_the_attempt_in_flight():
     ]
     assert [a["outcome"] for a in twice] == ["success"]
     assert summary.stages[0].tasks == 8
+
+
+def test_a_kill_cause_shows_two_sizes_that_differ():
+    """A few-MB limit and the few MB that exceeded it read apart, not as ``3 MB > 3 MB``."""
+
+    def killed(measured: float) -> AttemptResult:
+        exhausted = Exhaustion("memory", measured)
+        return AttemptResult("t", 1, Outcome.EXHAUSTED, Resources(), exhaustion=exhausted)
+
+    assert cause(killed(3.2227), Resources(1, 3.0703)) == "memory 3.22 MB > 3.07 MB"
+    assert cause(killed(812.4), Resources(1, 812.2)) == "memory 812.4 MB > 812.2 MB"
+    assert cause(killed(1200.0), Resources(1, 1000.0)) == "memory 1,200 MB > 1,000 MB"

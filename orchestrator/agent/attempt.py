@@ -113,7 +113,8 @@ def cause(result: AttemptResult, allocation: Resources) -> str | None:
     if result.outcome is Outcome.EXHAUSTED and result.exhaustion is not None:
         e = result.exhaustion
         unit = " s" if e.resource == "wall" else " MB"
-        return f"{e.resource} {e.measured:,.0f}{unit} > {allocation[e.resource]:,.0f}{unit}"
+        used, limit = _apart(e.measured, allocation[e.resource])
+        return f"{e.resource} {used}{unit} > {limit}{unit}"
     said = next(
         (line[len(_OURS) :] for line in result.output_tail.splitlines() if line.startswith(_OURS)),
         None,
@@ -123,6 +124,19 @@ def cause(result: AttemptResult, allocation: Resources) -> str | None:
     if result.outcome is Outcome.FAILED and result.exit_code is not None:
         return f"exit code {result.exit_code}"
     return str(result.outcome)
+
+
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` as a person reads them: whole numbers from 100 on, else 3 significant
+    digits, with more digits while the two would read the same (3.23 and 3.2 MB, not 3 and 3)."""
+
+    def shown(v: float, digits: int) -> str:
+        return f"{v:,.0f}" if abs(v) >= 10 ** (digits - 1) else f"{v:.{digits}g}"
+
+    digits = 3
+    while shown(a, digits) == shown(b, digits) and digits < 9:
+        digits += 1
+    return shown(a, digits), shown(b, digits)
 
 
 def cause_kind(result: AttemptResult) -> str:
