@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from backends import clock
 from backends.local import LocalOptions
+from learners.sizing.composite import PRIOR_FLOOR
 from orchestrator.agent import protocol
 from orchestrator.cli import app
 from orchestrator.session import RunConfig, execute
@@ -300,18 +301,8 @@ def test_leadtime_worker_is_the_worker_agent():
     assert refused.returncode == 2 and "no secret" in refused.stderr
 
 
-def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path):
-    """No cores, memory or disk declared: the first tasks start from their share of the
-    stage's allocation (allocation / task count), all 20 at once, not one per worker."""
-    workflow = loads(
-        """
-        name = "undeclared"
-        [[stage]]
-        name = "many"
-        allocation = { cores = 2, time = "5m" }
-        tasks = { command = "sleep 2", count = 20 }
-        """
-    )
+def successful_attempts(workflow, tmp_path) -> list[dict]:
+    """The attempts of a run of ``workflow`` on the local backend, which all succeeded."""
 
     async def main():
         async with await Store.open(":memory:") as store:
@@ -322,12 +313,54 @@ def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path):
     summary, attempts = clock.run(main(), virtual=False)
     assert summary.status == "done", summary.error
     assert all(a["outcome"] == "success" for a in attempts)
+    return attempts
+
+
+def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path):
+    """No cores, memory or disk declared: the first tasks start from their share of the
+    stage's allocation (allocation / task count) and at least a core each, as many at once
+    as that fits, not one per worker."""
+    workflow = loads(
+        """
+        name = "undeclared"
+        [[stage]]
+        name = "many"
+        allocation = { cores = 2, time = "5m" }
+        tasks = { command = "sleep 2", count = 20 }
+        """
+    )
+
+    attempts = successful_attempts(workflow, tmp_path)
     first = attempts[0]["allocation"]
     fit = min(int(2 / first["cores"] + 1e-9), 20)  # tasks the prior fits on the stage's cores
-    assert fit == 20
+    assert fit == 2  # one core each until the category has records
     starts = [a["start_t"] for a in attempts]
     at_once = max(sum(b["start_t"] <= t < b["end_t"] for b in attempts) for t in starts)
     assert at_once >= fit
+
+
+def test_a_new_category_is_not_sized_by_another_categorys_tiny_peaks(tmp_path):
+    """A stage of ``wc`` tasks measures a few MB and no CPU; the next stage's tasks of another
+    category start from the prior (at least a core and the memory floor), and none is killed."""
+    workflow = loads(
+        """
+        name = "tiny-then-new"
+        [[stage]]
+        name = "count"
+        allocation = { cores = 2, time = "5m" }
+        tasks = { command = "echo {index} | wc -c", count = 4 }
+        [[stage]]
+        name = "wait"
+        after = ["count"]
+        allocation = { cores = 2, time = "5m" }
+        tasks = { command = "seq 100000 | wc -l && sleep 1", count = 10 }
+        """
+    )
+
+    attempts = successful_attempts(workflow, tmp_path)
+    waits = [a["allocation"] for a in attempts if a["task_id"].startswith("wait")]
+    assert len(waits) == 10
+    assert all(w["cores"] >= 1 and w["memory"] >= PRIOR_FLOOR["memory"] for w in waits[:2])
 
 
 def test_three_stages_pass_files_through_the_working_directory(tmp_path):

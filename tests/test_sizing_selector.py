@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from learners.resources import Resources
-from learners.sizing import Record, TaskFeatures, make_sizer
+from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
+from learners.sizing.budget import BUDGET
 from learners.sizing.selector import WARMUP, Selector
 
 WORKER = Resources(16, 64000, 64000)
@@ -32,8 +33,8 @@ def test_steady_tasks_choose_the_tight_quantile():
 
 def test_growing_tasks_shun_the_candidate_they_keep_killing():
     s = selector()
-    for i in range(WARMUP + 20):  # every task needs more than any before: budget's quantile fails
-        s.observe(record("growing", 1000 + 500 * i, requested=60000))
+    for i in range(WARMUP + 20):  # each task needs more than the largest before, grown by 1 / n
+        s.observe(record("growing", 1000 * (i + 1) ** 1.2, requested=60000))
     scores = [shadow.score for shadow in s.shadows["growing"]]
     assert s.shadows["growing"][1].kills == WARMUP + 19
     assert s.chosen("growing") is s.candidates[2]  # the request: above every peak, never killed
@@ -47,10 +48,36 @@ def test_categories_choose_apart_and_the_first_candidate_warms_up():
     s.observe(record("new", 2000))
     assert s.chosen("new") is s.candidates[0]
     assert s.allocate(TaskFeatures("new")).memory == WORKER.memory
-    assert s.allocate(TaskFeatures("steady")).memory == pytest.approx(2000)
+    records = WARMUP + 5  # too few for the quantile: the largest, grown by 1 / n
+    assert s.allocate(TaskFeatures("steady")).memory == pytest.approx(2000 * (1 + 1 / records))
 
 
 def test_the_default_is_the_selector():
     sizer = make_sizer("select", worker=WORKER)
     assert isinstance(sizer, Selector)
     assert [c.name for c in sizer.candidates] == ["budget", "ksegments+budget", "ponder+budget"]
+
+
+def test_a_real_kill_counts_against_the_candidate_allocating():
+    s = selector()
+    for _ in range(WARMUP + 20):
+        s.observe(record("steady", 2000))
+    assert s.chosen("steady") is s.candidates[1]
+    task = TaskFeatures("steady")
+    for _ in range(2):  # what the shadow could not see: tasks that started with fewer records
+        s.observe_exhaustion(task, s.allocate(task), Exhaustion("memory", 2500))
+    assert s.shadows["steady"][1].kills == 2
+    assert s.shadows["steady"][1].killed > BUDGET  # beyond the budget: the fewest kills win
+    assert s.chosen("steady") is not s.candidates[1]
+
+
+def test_a_retry_follows_the_first_candidate_s_rule():
+    sizer = make_sizer("select", worker=WORKER)
+    task = TaskFeatures("a", input_size=1e9)
+    for i in range(WARMUP + 20):
+        sizer.observe(Record(TaskFeatures("a", input_size=1e9 + i), Resources(1, 2000, 100, 60)))
+    first = sizer.allocate(task)
+    killed = Exhaustion("memory", first.memory + 1)
+    retry = sizer.allocate(task, first, killed)
+    assert retry == sizer.candidates[0].allocate(task, first, killed)
+    assert retry.memory == 2 * killed.measured  # twice what it reached, above the largest seen

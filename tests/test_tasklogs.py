@@ -131,9 +131,9 @@ print("warning", file=sys.stderr)
 sys.exit(sys.argv[1] == "1" and os.environ["LEADTIME_ATTEMPT"] == "1")
 """
 HOG = """
-import time
+import sys, time
 print("allocating", flush=True)
-held = bytearray(250_000_000)
+held = bytearray(250_000_000 if sys.argv[1:] != ["small"] else 1_000_000)
 time.sleep(0.8)
 print("held")
 """
@@ -157,7 +157,12 @@ def workflow(root):
             disk = "10M"
             max_attempts = 2
             [[stage]]
+            name = "probe"
+            allocation = {{ cores = 1, time = "5m" }}
+            tasks = {{ command = "{sys.executable} hog.py small", count = 1, category = "hog" }}
+            [[stage]]
             name = "hog"
+            after = ["probe"]
             allocation = {{ cores = 1, time = "5m" }}
             tasks = {{ command = "{sys.executable} hog.py", count = 1, cores = 1, disk = "10M" }}
             """

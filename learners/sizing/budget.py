@@ -6,17 +6,18 @@ tasks in the paper's own runs. Here the user's retry budget comes first. A task 
 killed when any one resource it can be killed for (memory, disk, wall time: cores only
 slow a task down) is below its peak, so each of these ``m`` resources gets ``budget /
 m`` of the risk: its first allocation is the ``1 - budget / m`` quantile of the
-category's peaks (with fewer records than that quantile needs, their largest), which
-under-shoots a new task with the chosen probability whatever the distribution's
-shape. As in the bucketing paper, the n-th record weighs n, so that the quantile
-follows a workflow whose tasks grow as it goes; the value a killed attempt reached
-counts as a record too (the task needed more), so a category whose tasks outgrow
-their allocations stops allocating what kills them. While the share of the
-category's recent attempts that were killed is above the budget (a moving average
-over about :data:`RECENT` attempts), first attempts get the largest value seen
-instead: the budget is a limit, not a target. Cores take the same quantile of
-the measured use. A retry gets the largest value seen, or twice the value the killed
-attempt reached when that was no smaller.
+category's peaks, which under-shoots a new task with the chosen probability whatever
+the distribution's shape (see :meth:`BudgetCategory.quantile` for few records). As in
+the bucketing paper, the n-th record weighs n, so that the quantile follows a workflow
+whose tasks grow as it goes, never below the quantile of every record; the value a
+killed attempt reached counts as a record too (the task needed more), so a category
+whose tasks outgrow their allocations stops allocating what kills them. While the
+share of the category's recent attempts that were killed is above the budget (a
+moving average over about :data:`RECENT` attempts), first attempts get the largest
+value seen instead: the budget is a limit, not a target. Cores take the same quantile
+of the measured use. A retry gets the larger of the largest value seen and twice what
+the killed attempt reached (a monitor reports the first sample above the limit, often
+just above it).
 """
 
 from __future__ import annotations
@@ -61,20 +62,34 @@ class BudgetCategory:
         }
 
     def quantile(self, resource: Resource) -> float:
-        """The smallest value whose records hold a ``level`` share of the weight."""
+        """The smallest value at or above the ``level`` share of the records, both of every
+        record and weighted to the newest (the larger of the two).
+
+        The first records of a category come from its quickest tasks, often its smallest:
+        the weighted quantile alone, led by them, sizes the many tasks that start before
+        any is killed too small. With too few records for the quantile, their largest,
+        grown by ``1 / n`` where a task is killed for it (the next of ``n`` tasks exceeds
+        the largest of the ``n`` with a chance of ``1 / (n + 1)``, more than the budget).
+        """
         points = self.peaks[resource]
-        if points.n * (1.0 - self.level) < 1.0 or self.killed > self.budget:
-            return float(points.values[-1])
+        n = points.n
+        top = float(points.values[-1])
+        if self.killed > self.budget:
+            return top
+        if n * (1.0 - self.level) < 1.0:
+            return top if resource in SLOWING else top * (1.0 + 1.0 / n)
         weights = points.csig
         at = int(np.searchsorted(weights, self.level * weights[-1], side="left"))
-        return float(points.values[min(max(at - 1, 0), points.n - 1)])
+        recent = points.values[min(max(at - 1, 0), n - 1)]
+        every = points.values[math.ceil(self.level * n) - 1]
+        return float(max(recent, every))
 
     def retry(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
     ) -> float:
         points = self.peaks[resource]
         top = float(points.values[-1]) if points.n else -math.inf
-        return top if top > measured else 2 * measured
+        return max(top, 2 * measured)
 
     def observe(self, record: Record) -> None:
         self.killed -= self.killed / RECENT

@@ -12,9 +12,10 @@ should decide alone:
   exhausts a whole worker (or a size the user fixed) is :class:`Unfittable`;
 - sizes the user declared always win;
 - with ``prior``, a category's first tasks start from what is known instead of a
-  whole worker: the task's request, else the largest peak of the workflow's other
-  categories, else its share of its stage's allocation; an attempt killed before the
-  category's first record doubles the start of the category's later tasks.
+  whole worker: the task's request, else the larger of the workflow's other
+  categories' largest peak and the task's share of its stage's allocation, never
+  below :data:`PRIOR_FLOOR`; an attempt killed before the category's first record
+  doubles the start of the category's later tasks.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from learners.sizing.ksegments import Steps
 
 POSITIVE: dict[Resource, float] = {"cores": 0.01, "memory": 1.0, "disk": 1.0, "wall": 1.0}
 """The smallest allocation of each resource: a learner's 0 (all records 0) becomes this."""
+PRIOR_FLOOR: dict[Resource, float] = {"cores": 1.0, "memory": 1024.0, "disk": 1024.0}
+"""The least a category's first tasks get from the prior when the user asks for nothing: one
+core (Slurm's and Nextflow's default per task) and a gigabyte of memory and of disk, so that
+a category learns from its own records before it gets less than another category's tiny
+peaks."""
 
 
 class ResourceLearner(Protocol):
@@ -230,10 +236,16 @@ class Composite:
             top = self._top[r]
             if r in task.declared or task.category in top:
                 continue
-            others = [v for c, v in top.items() if c != task.category]
-            value = task.requested.get(r, max(others, default=task.share.get(r, math.nan)))
-            if not math.isnan(value):
-                out[r] = max(value, 2 * self._killed.get((task.category, r), 0.0))
+            if r in task.requested:
+                value = task.requested[r]
+            else:
+                known = [v for c, v in top.items() if c != task.category]
+                if r in task.share:
+                    known.append(task.share[r])
+                if not known:
+                    continue
+                value = max(*known, PRIOR_FLOOR.get(r, 0.0))
+            out[r] = max(value, 2 * self._killed.get((task.category, r), 0.0))
         return out
 
     def capacity(self, task: TaskFeatures) -> Resources:

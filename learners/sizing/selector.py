@@ -7,9 +7,14 @@ kill costing the share of the run the real runs show (:mod:`learners.kill_times`
 median) plus the candidate's retry; cores below the use stretch the run. A
 candidate's score is its shadow AWE (the mean over resources) less its share of
 shadow kills, so that a candidate buys efficiency with retries only where they are
-cheap. Until a category has :data:`WARMUP` scored records the first candidate
-allocates; a retry stays with the candidate that allocated the first attempt's
-category now.
+cheap. A real kill counts against the candidate allocating the category at the time:
+the shadow scores a candidate with the records that came after the task started, the
+kill shows what it did with the records it had. Within the retry budget the best
+score wins, beyond it the fewest kills. Until a category has :data:`WARMUP` scored
+records the first candidate allocates; retries, real and in the shadow, follow the
+first candidate's rule (the larger of the largest value seen and twice what the killed
+attempt reached), as a regression's own retry (Ponder's: its largest allocation, a whole
+worker) costs more than the kill.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 from learners.kill_times import CALIBRATED, LEVELS
 from learners.resources import PACKED, Resources
 from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
+from learners.sizing.budget import BUDGET
 from learners.sizing.composite import Composite
 from learners.sizing.history import History
 
@@ -45,15 +51,27 @@ class Shadow:
     kills: int = 0
 
     @property
+    def killed(self) -> float:
+        """Kills per scored record."""
+        return self.kills / max(self.records, 1)
+
+    @property
     def score(self) -> float:
         shares = [
             self.consumed[r] / a for r, a in self.allocated.items() if a > 0 and r in self.consumed
         ]
         awe = sum(shares) / len(shares) if shares else 0.0
-        return awe - self.kills / max(self.records, 1)
+        return awe - self.killed
 
-    def account(self, candidate: Composite, record: Record) -> None:
-        """What ``candidate``'s allocation for ``record``'s task would have cost."""
+    @property
+    def rank(self) -> tuple[bool, float]:
+        """Within the retry budget first, by score; beyond it, by fewer kills."""
+        within = self.killed <= BUDGET
+        return within, self.score if within else -self.killed
+
+    def account(self, candidate: Composite, record: Record, retrier: Composite) -> None:
+        """What ``candidate``'s allocation for ``record``'s task would have cost, retried by
+        ``retrier`` on a kill."""
         self.records += 1
         task, peak = record.task, record.peak
         wall = peak.wall if math.isfinite(peak.wall) else 0.0
@@ -70,7 +88,7 @@ class Shadow:
             self.kills += 1
             for r in short:
                 try:
-                    retry = candidate.allocate(task, retry, Exhaustion(r, alloc[r]))
+                    retry = retrier.allocate(task, retry, Exhaustion(r, alloc[r]))
                 except Unfittable:
                     return
         for r in packed:
@@ -100,7 +118,7 @@ class Selector:
         shadows = self.shadows.get(category)
         if not shadows or shadows[0].records < WARMUP:
             return self.candidates[0]
-        best = max(range(len(shadows)), key=lambda i: (shadows[i].score, -i))
+        best = max(range(len(shadows)), key=lambda i: (*shadows[i].rank, -i))
         return self.candidates[best]
 
     def allocate(
@@ -109,19 +127,24 @@ class Selector:
         previous: Resources | None = None,
         exhaustion: Exhaustion | None = None,
     ) -> Resources:
+        if exhaustion is not None:
+            return self.candidates[0].allocate(task, previous, exhaustion)
         return self.chosen(task.category).allocate(task, previous, exhaustion)
 
     def observe(self, record: Record) -> None:
         category = record.task.category
         shadows = self.shadows.setdefault(category, [Shadow() for _ in self.candidates])
         for shadow, candidate in zip(shadows, self.candidates, strict=True):
-            shadow.account(candidate, record)
+            shadow.account(candidate, record, self.candidates[0])
             candidate.observe(record)
         self.history.add(record)
 
     def observe_exhaustion(
         self, task: TaskFeatures, allocation: Resources, exhaustion: Exhaustion
     ) -> None:
+        category = task.category
+        shadows = self.shadows.setdefault(category, [Shadow() for _ in self.candidates])
+        shadows[self.candidates.index(self.chosen(category))].kills += 1
         for candidate in self.candidates:
             candidate.observe_exhaustion(task, allocation, exhaustion)
 
