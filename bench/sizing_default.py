@@ -18,7 +18,7 @@ second table checks the issue's goals per trace: the default against the best
 single published sizer that retries at most 10% of tasks, and its cores against
 the user's request (AWE and throughput).
 
-    python bench/sizing_default.py [--json] [--sizer a,b] [--workers 20]
+    python bench/sizing_default.py [--json] [--sizer a,b] [--trace x,y] [--workers 20]
     python bench/sizing_default.py --rows rows.json   # the report from saved --json rows
 """
 
@@ -63,6 +63,9 @@ def family(trace: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizer", default=",".join(CANDIDATES), help="names, comma separated")
+    parser.add_argument(
+        "--trace", help="only traces whose names contain one of these, comma separated"
+    )
     parser.add_argument("--workers", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="per trace and sizer rows")
     parser.add_argument("--rows", help="report on rows saved by --json instead of replaying")
@@ -73,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(report(rows, list(dict.fromkeys(r["sizer"] for r in rows)))))
         return 0
     sizers = [s.strip() for s in args.sizer.split(",") if s.strip()]
+    marks = [m.strip() for m in (args.trace or "").split(",") if m.strip()]
     rows = []
     for path in all_traces():
+        if marks and not any(m in path.name for m in marks):
+            continue
         trace = load_trace(path)
         worker = widened(PAPER_WORKER, trace)
         arrivals = trace.concurrency if family(trace.name) == "ipdps2024" else None
