@@ -24,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from learners.replay import PEAKS
+from learners.attempt_end import PEAKS
 from learners.sizing import DEFAULT_SIZER, SIZERS
 from workflows.datasets import data_dir
 from workflows.sizing_bench import PAPER_WORKER, bench_sizing

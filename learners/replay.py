@@ -7,22 +7,15 @@ are sized with little history, as in a real run. Workers may join over time, as
 they did in the recorded runs. A task's record reaches the sizer only when it
 finishes.
 
-Cores are not a limit a task is killed for (leadtime pins a task to its cores):
-given fewer cores than it uses on average, a task runs slower in proportion.
-An attempt whose memory or disk allocation is below a true peak is killed and
-retried with the sizer's next allocation. With a memory series, memory fails
-at the first sample above the allocation, reporting that sample; allocated
-and consumed memory are then the trapezoid integrals over the samples
-(k-Segments' accounting), and a sizer with a step function (k-Segments)
-allocates memory over time and retries selectively or partially. Without a
-series, when the kill comes and what the monitor saw then is one of:
-
-- ``calibrated``: drawn from what the bucketing paper's real runs show
-  (:mod:`learners.kill_times`): the honest model;
-- ``slow``: at the end of the run, reporting only the allocation (Tovar's
-  slow-peaks model: the worst case);
-- ``fast``: at the start, reporting the true peak (the best case: failures
-  cost nothing and tell all).
+How an attempt ends is :func:`learners.attempt_end.attempt_end`, the rule the
+simulated workers follow too: fewer cores than a task uses stretch its run, memory
+and disk below its peaks kill it (where its memory series crosses the allocation,
+or when the ``peaks`` model says: ``calibrated`` from the bucketing paper's real
+runs, the honest model; ``slow`` and ``fast`` as the bounds). A killed attempt is
+retried with the sizer's next allocation. With a memory series, allocated and
+consumed memory are the trapezoid integrals over the samples (k-Segments'
+accounting), and a sizer with a step function (k-Segments) allocates memory over
+time and retries selectively or partially.
 """
 
 from __future__ import annotations
@@ -31,15 +24,15 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from learners.kill_times import CALIBRATED, KillTimes
+from learners.attempt_end import Kills, MemorySeries, Peaks, attempt_end
 from learners.metrics import Usage
 from learners.resources import PACKED, Resource, Resources
 from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
-from learners.sizing.ksegments import Steps, first_failure, trapezoid
+from learners.sizing.ksegments import Steps, trapezoid
 
 
 @runtime_checkable
@@ -49,19 +42,6 @@ class StepSizer(Protocol):
     def memory_steps(self, task: TaskFeatures) -> Steps | None: ...
 
     def memory_retry(self, task: TaskFeatures, steps: Steps, failed_at: int) -> Steps: ...
-
-
-@dataclass(frozen=True, slots=True)
-class MemorySeries:
-    """Memory samples of one task: seconds since its first sample, MB."""
-
-    times: np.ndarray
-    mb: np.ndarray
-
-    @property
-    def interval(self) -> float:
-        """The typical time between samples (the monitor's interval)."""
-        return float(np.median(np.diff(self.times))) if len(self.times) > 1 else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +66,6 @@ class TraceTask:
     def use(self) -> float:
         """Cores below which the task runs slower."""
         return self.peak.cores if self.cpu is None else self.cpu
-
-
-Peaks = Literal["calibrated", "slow", "fast"]
-PEAKS: tuple[Peaks, ...] = ("calibrated", "slow", "fast")
 
 
 @dataclass
@@ -181,8 +157,6 @@ def replay(
     executor that cannot change a running task's limit: sizers with a step function
     (k-Segments) allocate its peak.
     """
-    if peaks not in PEAKS:
-        raise ValueError(f"peaks must be one of {', '.join(PEAKS)}, not {peaks!r}")
     if workers < 1:
         raise ValueError("replay needs at least one worker")
     joins = sorted(arrivals) if arrivals is not None else [0.0] * workers
@@ -198,7 +172,7 @@ def replay(
     running: list[tuple[float, int, int, _Attempt]] = []
     learned = 0
     now = 0.0
-    kills = _Kills(peaks, np.random.default_rng(seed))
+    kills = Kills(peaks, np.random.default_rng(seed))
     stepper = sizer if use_series and time_varying and isinstance(sizer, StepSizer) else None
 
     def size(st: _Task) -> None:
@@ -293,23 +267,6 @@ def replay(
     return result
 
 
-@dataclass
-class _Kills:
-    """When an attempt without a memory series is killed, and what the monitor reports."""
-
-    peaks: Peaks
-    rng: np.random.Generator
-    table: KillTimes = CALIBRATED
-
-    def __call__(self, resource: Resource, allocation: float, peak: float, duration: float):
-        if self.peaks == "fast":
-            return 0.0, peak
-        if self.peaks == "slow":
-            return duration, allocation
-        fraction, reported = self.table.draw(resource, allocation, peak, self.rng)
-        return fraction * duration, reported
-
-
 def _fits(alloc: Resources, free: dict[str, float]) -> bool:
     return all(alloc[r] <= free[r] + 1e-9 for r in PACKED)
 
@@ -320,7 +277,7 @@ def _run(
     packed: tuple[Resource, ...],
     resources: tuple[Resource, ...],
     use_series: bool,
-    kills: _Kills,
+    kills: Kills,
 ) -> _Attempt:
     """How an attempt with ``alloc`` ends, and what it allocated and consumed.
 
@@ -328,40 +285,23 @@ def _run(
     """
     task = st.trace
     series = task.series if use_series else None
-    stretch = max(1.0, task.use / alloc.cores) if "cores" in packed and alloc.cores > 0 else 1.0
-    duration = (float(series.times[-1]) if series is not None else task.peak.wall) * stretch
-    failures: list[tuple[float, Exhaustion]] = []
-    failed_at = None
-    memory_steps = None
-    if series is not None and "memory" in packed:
-        memory_steps = st.steps or Steps(np.array([alloc.memory]), ((0, 0),))
-        failed_at = first_failure(series.mb, memory_steps)
-        if failed_at is not None:
-            measured = float(series.mb[failed_at])
-            at = float(series.times[failed_at]) * stretch
-            failures.append((at, Exhaustion("memory", measured)))
-    for r in packed:
-        if r == "cores" or (r == "memory" and memory_steps is not None):
-            continue
-        if task.peak[r] > alloc[r] + 1e-9:
-            at, reported = kills(r, alloc[r], task.peak[r], duration)
-            failures.append((at, Exhaustion(r, reported)))
-    if "wall" in resources and alloc.wall < duration:
-        failures.append((alloc.wall, Exhaustion("wall", alloc.wall)))
-    end = min((t for t, _ in failures), default=duration)
-    exhausted = [ex for t, ex in failures if t == end]
-    if not any(ex.resource == "memory" for ex in exhausted):
-        failed_at = None
+    peak = task.peak if series is None else task.peak.with_("wall", float(series.times[-1]))
+    limits = packed + (("wall",) if "wall" in resources else ())
+    ended = attempt_end(
+        peak, alloc, kills, use=task.use, series=series, steps=st.steps, limits=limits
+    )
+    end, stretch = ended.end, ended.stretch
     allocated = {r: alloc[r] * end for r in packed}
     consumed = {r: task.peak[r] * end for r in packed}
     if "cores" in packed:
         consumed["cores"] = min(task.peak.cores, alloc.cores) * end
-    if memory_steps is not None and series is not None:
+    if series is not None and "memory" in packed:
+        memory_steps = st.steps or Steps(np.array([alloc.memory]), ((0, 0),))
         last = int(np.searchsorted(series.times * stretch, end, side="right"))
         times = series.times[:last] * stretch
         allocated["memory"] = trapezoid(memory_steps.over(last), times)
         consumed["memory"] = trapezoid(series.mb[:last], times)
-    return _Attempt(end, exhausted, failed_at, consumed, allocated)
+    return _Attempt(end, list(ended.exhausted), ended.failed_at, consumed, allocated)
 
 
 def _record(st: _Task, attempt: _Attempt, use_series: bool) -> Record:

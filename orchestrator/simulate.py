@@ -6,11 +6,12 @@ so every strategy of a comparison meets exactly the same tasks; or it is the
 record of a real task trace (``trace = PATH``), task *i* taking record *i*
 (cycling), memory time series included where the trace has them.
 
-A simulated worker enforces allocations as the real monitor does: memory,
-disk and wall time are limits (exceeding one kills the attempt: at the end
-of its run under the slow-peaks assumption of Tovar et al. (TPDS 2018), or where its memory
-series crosses the limit); cores are not a limit, so a task given fewer
-cores than it uses runs proportionally longer.
+A simulated worker enforces allocations as the real monitor does, by the rule
+the sizing replay follows too (:func:`learners.attempt_end.attempt_end`):
+memory, disk and wall time are limits (exceeding one kills the attempt: at the
+end of its run under the slow-peaks assumption of Tovar et al. (TPDS 2018), or
+where its memory series crosses the limit); cores are not a limit, so a task
+given fewer cores than it uses runs proportionally longer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import numpy as np
 
 from backends import clock
 from backends.mock import DISK_MB
-from learners.replay import MemorySeries, TraceTask
+from learners.attempt_end import Kills, MemorySeries, attempt_end
+from learners.replay import TraceTask
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
@@ -96,36 +98,21 @@ class SimulatedEnd:
     exhaustion: Exhaustion | None = None
 
 
+SLOW_PEAKS = Kills("slow")
+"""Without a memory series, a simulated attempt is killed at the end of its run."""
+
+
 def simulate_attempt(truth: TaskTruth, allocation: Resources) -> SimulatedEnd:
     """How an attempt of a task with this truth ends within ``allocation``."""
     need = truth.peak
-    stretch = max(1.0, need.cores / allocation.cores) if allocation.cores > 0 else 1.0
-    duration = need.wall * stretch
-    ends = [(duration, None)]
-    for resource in ("memory", "disk"):
-        if need[resource] > allocation[resource] + 1e-9:
-            at = duration
-            if resource == "memory" and truth.memory_series is not None:
-                at = _crossing(truth, allocation.memory) * stretch
-            ends.append((at, resource))
-    if duration > allocation.wall + 1e-9:
-        ends.append((allocation.wall, "wall"))
-    at, resource = min(ends, key=lambda e: (e[0], e[1] is None))
-    used = Resources(need.cores, need.memory, need.disk, at)
-    if resource is None:
-        return SimulatedEnd(at, Outcome.SUCCESS, used)
-    measured = allocation[resource]
-    if resource != "wall":
-        used = used.with_(resource, measured)
-    return SimulatedEnd(at, Outcome.EXHAUSTED, used, Exhaustion(resource, measured))
-
-
-def _crossing(truth: TaskTruth, limit: float) -> float:
-    """When the task's memory first goes above ``limit``: the monitor kills it there."""
-    series = truth.memory_series
-    assert series is not None
-    above = np.flatnonzero(series.mb > limit)
-    return float(series.times[above[0]]) if above.size else truth.peak.wall
+    ended = attempt_end(need, allocation, SLOW_PEAKS, series=truth.memory_series)
+    used = Resources(need.cores, need.memory, need.disk, ended.end)
+    if not ended.exhausted:
+        return SimulatedEnd(ended.end, Outcome.SUCCESS, used)
+    first = ended.exhausted[0]
+    if first.resource != "wall":
+        used = used.with_(first.resource, first.measured)
+    return SimulatedEnd(ended.end, Outcome.EXHAUSTED, used, first)
 
 
 @dataclass(slots=True)

@@ -12,7 +12,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from learners.replay import Peaks, ReplayResult, replay
+from learners.attempt_end import Peaks
+from learners.replay import ReplayResult, replay
 from learners.resources import Resources
 from learners.sizing import make_sizer, split_sizer
 from workflows.traces import Trace, load_trace

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from learners.replay import MemorySeries, TraceTask
+from learners.attempt_end import MemorySeries
+from learners.replay import TraceTask
 from learners.resources import Resource, Resources
 from workflows.datasets import data_dir
 
