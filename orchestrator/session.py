@@ -451,7 +451,12 @@ async def run_manager(
             protocol.write_secret(secret_file, secret)
     except (protocol.SecretError, OSError) as e:
         raise SetupError(f"the run's secret: {e}") from e
-    launch = agent.launch(run_dir / "manager", secret_file=secret_file, args=options.worker_args)
+    launch = agent.launch(
+        run_dir / "manager",
+        secret_file=secret_file,
+        keep_to=run_dir / "kept",
+        args=options.worker_args,
+    )
     backend = options.open(RunSite(run_dir, launch))
     if options.workers is Workers.THIS_HOST:
         bind, wildcard = options.bind or "127.0.0.1", "127.0.0.1"

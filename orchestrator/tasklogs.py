@@ -139,9 +139,7 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
         if said != line and not said.startswith("killed:"):  # a kill is said above
             lines.append(Text(f"  the worker: {said}"))
     if output and output.get("sandbox"):
-        lines.append(
-            Text(f"  scratch directory kept on {output['node']}: {output['sandbox']}", style="bold")
-        )
+        lines.append(Text(f"  scratch directory kept: {output['sandbox']}", style="bold"))
     if output is None:
         lines.append(Text("  " + _no_output(row, backend), style="dim"))
         return Group(*lines)

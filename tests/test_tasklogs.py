@@ -218,7 +218,7 @@ def test_logs_of_a_task_show_the_head_the_bytes_cut_and_the_tail_of_its_output(l
     shown = [line for line in lines if line.startswith("line ")]
     assert int(cut.split()[1].replace(",", "")) == stdout_bytes - sum(len(s) + 1 for s in shown)
     assert "stderr:" in text and "warning" in lines
-    kept = next(line for line in lines if "scratch directory kept on" in line)
+    kept = next(line for line in lines if "scratch directory kept: " in line)
     path = kept.split(": ", 1)[1]
     assert (Path(path) / STDOUT).read_text().count("\n") == LINES  # kept whole there
     assert "talk.1 · attempt 2" not in text  # --attempt 1 only

@@ -36,6 +36,7 @@ from orchestrator.manager import Manager
 SECRET = bytes(range(100, 132))
 FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
 SMALL = Resources(1, 200, 50)
+SECRET_ENVIRON = {protocol.SECRET_ENV: SECRET.hex()}
 
 
 def spec(task_id: str, command: str, allocation: Resources = SMALL, attempt: int = 0):
@@ -68,6 +69,39 @@ async def test_success_cleans_its_sandbox_and_reports_no_tail(runner):
     await runner.settle()
     assert not runner.sandbox(spec("good", "")).exists()
     assert result.peak.wall > 0 and result.peak.memory > 0
+
+
+async def test_a_kept_sandbox_moves_to_the_run_directory_and_leaves_nothing_on_the_node(tmp_path):
+    """Under Slurm the root is the node's /tmp: a failed attempt's scratch moves to the run's
+    directory (where its user reads it), and the result says where."""
+    environ = {**os.environ, protocol.SECRET_ENV: SECRET.hex()}
+    config = RunnerConfig(root=tmp_path / "node", keep_to=tmp_path / "run" / "kept")
+    runner = Runner(config, Monitor(FAST), environ=environ)
+    failed = spec("bad", "echo partial > part.dat; echo oops >&2; exit 1")
+    result = await runner.run(failed)
+    await runner.settle()
+    kept = tmp_path / "run" / "kept" / sandbox_name("bad", 0)
+    assert result.sandbox == str(kept)
+    assert (kept / "part.dat").read_text() == "partial\n"
+    assert (kept / taskrun.STDERR).read_text() == "oops\n"
+    assert list((tmp_path / "node").iterdir()) == []
+
+
+async def test_kept_sandboxes_past_the_budget_keep_only_their_streams_and_say_so(tmp_path):
+    environ = {**os.environ, protocol.SECRET_ENV: SECRET.hex()}
+    config = RunnerConfig(root=tmp_path / "node", keep_to=tmp_path / "kept", keep_budget_mb=1)
+    runner = Runner(config, Monitor(FAST), environ=environ)
+    big = "head -c 700000 /dev/zero > big.dat; echo out{n}; exit 1"
+    for n in range(2):
+        await runner.run(spec(f"t{n}", big.format(n=n)))
+        await runner.settle()
+    whole, cut = (tmp_path / "kept" / sandbox_name(f"t{n}", 0) for n in range(2))
+    assert (whole / "big.dat").stat().st_size == 700000
+    assert not (cut / "big.dat").exists()  # 1.4 MB of both would pass the 1 MB budget
+    assert (cut / STDOUT).read_text() == "out1\n"
+    note = (cut / taskrun.NOT_KEPT).read_text()
+    assert "the rest of its scratch directory" in note and "1 MB" in note
+    assert list((tmp_path / "node").iterdir()) == []
 
 
 async def test_a_command_killed_by_its_own_signal_failed(runner):
@@ -584,6 +618,23 @@ async def test_a_worker_with_a_secret_file_joins_and_a_wrong_one_is_refused(tmp_
         assert SECRET.hex() not in result.output_tail
         await worker.shutdown()
         assert await asyncio.wait_for(process.wait(), 5) == 0
+
+
+async def test_a_worker_leaves_nothing_on_the_nodes_scratch(tmp_path):
+    """The sandbox root it made goes when it leaves; a failed attempt's scratch is in the
+    run's directory, where the result said."""
+    async with Cluster(tmp_path) as cluster:
+        kept = tmp_path / "run" / "kept"
+        process = await start_worker(
+            cluster.manager.address, tmp_path, "--keep-to", str(kept), env=SECRET_ENVIRON
+        )
+        worker = await asyncio.wait_for(cluster.joined.get(), 10)
+        result = await worker.run(spec("t", "echo oops >&2; exit 1"))
+        assert result.sandbox == str(kept / "t.0")
+        await worker.shutdown()
+        assert await asyncio.wait_for(process.wait(), 5) == 0
+        assert (kept / "t.0" / taskrun.STDERR).read_text() == "oops\n"
+        assert not (tmp_path / "worker").exists()
 
 
 async def test_a_worker_process_without_a_manager_exits(tmp_path):

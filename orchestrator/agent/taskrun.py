@@ -4,8 +4,10 @@ The command runs as ``/bin/sh -c COMMAND`` in the workflow's working directory (
 relative paths lead, as in a batch script), leading a new session (so the whole tree can be
 killed as one process group), pinned to the cores it was given. Each attempt has a private
 scratch directory, ``<root>/<task>.<attempt>/`` (``$LEADTIME_SCRATCH`` and ``$TMPDIR``), which
-holds its stdout and stderr and is removed when it ends (kept after a failure, by default);
-the head and tail of both streams go back in its result, whatever its outcome.
+holds its stdout and stderr and is removed when it ends (kept after a failure, by default:
+moved to the run's directory, within a budget, where the node's scratch would keep it from
+its user and fill up); the head and tail of both streams go back in its result, whatever
+its outcome.
 The :class:`~orchestrator.agent.monitor.Monitor` watches it; when it breaks a limit the group
 gets SIGTERM, then SIGKILL after a grace. When it ends, whatever it started is killed, wherever
 it went (:mod:`orchestrator.agent.lineage`, and its cgroup where there is one), and its declared
@@ -33,6 +35,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +56,9 @@ log = logging.getLogger(__name__)
 STDOUT = "leadtime.stdout"
 STDERR = "leadtime.stderr"
 Keep = Literal["never", "failure", "always"]
+KEEP_BUDGET_MB = 1024.0
+"""What a worker moves of kept sandboxes to the run's directory, at most, by default."""
+NOT_KEPT = "leadtime.not-kept"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,12 @@ class RunnerConfig:
     """Sandboxes are made under this directory."""
     keep_sandboxes: Keep = "failure"
     """Which sandboxes stay after their attempt: never, those that did not succeed, always."""
+    keep_to: Path | None = None
+    """Where kept sandboxes go when their attempt ends (the run's directory, on a file system
+    the user reaches); None: they stay under ``root``."""
+    keep_budget_mb: float = KEEP_BUDGET_MB
+    """At most this much of kept sandboxes moves to ``keep_to``; past it, only their stdout
+    and stderr (while they fit), and a note of what was left out."""
     tail_lines: int = 20
     kill_grace_s: float = 1.0
     """Between SIGTERM and SIGKILL when a task is stopped."""
@@ -68,7 +80,7 @@ class RunnerConfig:
     worker_token: str = ""
     """Every task of this worker carries it (:mod:`orchestrator.agent.lineage`)."""
     node: str = field(default_factory=socket.gethostname)
-    """This host, where kept sandboxes stay."""
+    """This host, where kept sandboxes stay unless moved to ``keep_to``."""
 
 
 _PARAMETER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -130,6 +142,8 @@ class Runner:
         self._environ = {k: v for k, v in environ.items() if k != SECRET_ENV}
         self._running: dict[tuple[str, int], _Running] = {}
         self._removals: set[asyncio.Future] = set()
+        self._keep_budget = config.keep_budget_mb * MB
+        self._keep_lock = threading.Lock()
         self._affinity = os.sched_getaffinity(0)
         config.root.mkdir(parents=True, exist_ok=True)
 
@@ -211,9 +225,8 @@ class Runner:
             stderr=capture(sandbox / STDERR),
             node=self.config.node,
         )
-        if self._clean(sandbox, cgroup, success=outcome is Outcome.SUCCESS):
-            result = replace(result, sandbox=str(sandbox))
-        return result
+        kept = self._clean(sandbox, cgroup, success=outcome is Outcome.SUCCESS)
+        return result if kept is None else replace(result, sandbox=str(kept))
 
     def stop(self, task_id: str, attempt: int, reason: str) -> bool:
         """Kill a running attempt; its :meth:`run` returns LOST with ``reason``."""
@@ -360,24 +373,67 @@ class Runner:
         return "\n".join(parts)[-MAX_TAIL:]
 
     async def settle(self) -> None:
-        """Wait for sandbox removals still under way."""
+        """Wait for sandbox removals and moves still under way."""
         while self._removals:
             await asyncio.gather(*self._removals)
 
-    def _clean(self, sandbox: Path, cgroup: Path | None, *, success: bool) -> bool:
-        """Remove the sandbox unless it is to be kept; whether it was kept."""
+    def _clean(self, sandbox: Path, cgroup: Path | None, *, success: bool) -> Path | None:
+        """Remove the sandbox unless it is to be kept; where it is kept."""
         keep = self.config.keep_sandboxes
-        kept = not (keep == "never" or (keep == "failure" and success))
-        if not kept:
-            # Off the loop: removing a big sandbox (or any, on a slow disk) takes a while.
-            removal = asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, sandbox, True)
-            self._removals.add(removal)
-            removal.add_done_callback(self._removals.discard)
-        elif not success:
-            log.info("kept the sandbox %s", sandbox)
+        place = None
+        if keep == "never" or (keep == "failure" and success):
+            self._off_loop(shutil.rmtree, sandbox, True)
+        else:
+            keep_to = self.config.keep_to
+            place = sandbox if keep_to is None else keep_to / sandbox.name
+            if place != sandbox:
+                self._off_loop(self._move, sandbox, place)
+            if not success:
+                log.info("kept the sandbox %s", place)
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.remove(cgroup)
-        return kept
+        return place
+
+    def _off_loop(self, work, *args) -> None:
+        """Removing or moving a big sandbox (or any, on a slow disk) takes a while."""
+        done = asyncio.get_running_loop().run_in_executor(None, work, *args)
+        self._removals.add(done)
+        done.add_done_callback(self._removals.discard)
+
+    def _move(self, sandbox: Path, place: Path) -> None:
+        """Move a kept sandbox to ``place``: whole while the budget allows, else its stdout and
+        stderr that fit, with a note of what was left out; nothing stays on the node unless
+        the move fails."""
+        try:
+            place.parent.mkdir(parents=True, exist_ok=True)
+            if self._spend(footprint.directory_size(sandbox)):
+                shutil.move(sandbox, place)
+                return
+            place.mkdir()
+            left = []
+            for name in (STDOUT, STDERR):
+                stream = sandbox / name
+                size = stream.stat().st_size if stream.exists() else 0
+                if size and self._spend(size):
+                    shutil.move(stream, place / name)
+                elif size:
+                    left.append(f"{name} ({size / MB:.1f} MB)")
+            left.insert(0, "the rest of its scratch directory")
+            budget = f"{self.config.keep_budget_mb:g} MB"
+            note = f"Not kept, over the worker's budget of {budget} (--keep-budget): "
+            (place / NOT_KEPT).write_text(note + ", ".join(left) + ".\n")
+        except OSError as e:
+            log.warning("the sandbox %s stays on this node, not moved to %s: %s", sandbox, place, e)
+            return
+        shutil.rmtree(sandbox, ignore_errors=True)
+
+    def _spend(self, size: int) -> bool:
+        """Take ``size`` bytes of the keep budget, if it has them (moves run on threads)."""
+        with self._keep_lock:
+            if size > self._keep_budget:
+                return False
+            self._keep_budget -= size
+            return True
 
 
 def _plain(value: float) -> str:

@@ -55,7 +55,7 @@ from orchestrator.agent.protocol import (
     Welcome,
     lost,
 )
-from orchestrator.agent.taskrun import Keep, Runner, RunnerConfig
+from orchestrator.agent.taskrun import KEEP_BUDGET_MB, Keep, Runner, RunnerConfig
 from orchestrator.command import App
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,11 @@ class WorkerOptions:
     drain_margin_s: float = 60.0
     """Stop taking tasks this long before ``end_time``."""
     keep_sandboxes: Keep = "failure"
+    keep_to: Path | None = None
+    """Where kept sandboxes go (the run's directory); None: they stay under ``root``."""
+    keep_budget_mb: float = KEEP_BUDGET_MB
+    own_root: bool = False
+    """The worker made ``root``: it removes it when it leaves, if nothing stays there."""
     kill_grace_s: float = 1.0
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     cgroups: bool = True
@@ -116,17 +121,20 @@ def launch(
     *,
     secret_file: Path | None = None,
     env: Mapping[str, str] | None = None,
+    keep_to: Path | None = None,
     args: Sequence[str] = (),
 ) -> WorkerLaunch:
     """How a pilot starts this agent: ``python -m``, by this process's interpreter (whatever
     the PATH; a virtual environment's works on any node that shares its file system), to
     the manager at ``manager`` (its ``HOST:PORT``, or a file holding it), with the run's
-    secret in ``secret_file`` or ``env`` (never on the command line) and ``args`` besides."""
+    secret in ``secret_file`` or ``env`` (never on the command line), its kept sandboxes
+    moved to ``keep_to``, and ``args`` besides."""
     where = (
         ("--manager-file", str(manager)) if isinstance(manager, Path) else ("--manager", manager)
     )
     secret = () if secret_file is None else ("--secret-file", str(secret_file))
-    argv = (sys.executable, "-m", MODULE, *where, *secret, *args)
+    keep = () if keep_to is None else ("--keep-to", str(keep_to))
+    argv = (sys.executable, "-m", MODULE, *where, *secret, *keep, *args)
     return WorkerLaunch(argv, dict(env or {}), place_args)
 
 
@@ -243,6 +251,8 @@ def make_options(
     connect_timeout: float = 600.0,
     drain_margin: float = 60.0,
     keep_sandboxes: Keep = "failure",
+    keep_to: Path | None = None,
+    keep_budget: float = KEEP_BUDGET_MB,
     sample_interval: float = 1.0,
     first_sample: float = 0.1,
     cgroups: bool = True,
@@ -260,12 +270,15 @@ def make_options(
     if root is None:
         base = environ.get("SLURM_TMPDIR") or environ.get("TMPDIR") or tempfile.gettempdir()
         root = Path(base) / f"leadtime-{worker_id}"
+    own_root = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OptionsError(f"cannot create the sandbox root {root}: {e.strerror}") from e
     if keep_sandboxes not in ("never", "failure", "always"):
         raise OptionsError("--keep-sandboxes must be never, failure or always")
+    if not keep_budget >= 0:
+        raise OptionsError(f"--keep-budget must be 0 or more MB, not {keep_budget}")
     try:
         monitor = MonitorConfig(interval_s=sample_interval, first_sample_s=first_sample)
     except ValueError as e:
@@ -282,6 +295,9 @@ def make_options(
         connect_timeout_s=connect_timeout,
         drain_margin_s=drain_margin,
         keep_sandboxes=keep_sandboxes,
+        keep_to=keep_to,
+        keep_budget_mb=keep_budget,
+        own_root=own_root,
         monitor=monitor,
         cgroups=cgroups,
     )
@@ -300,6 +316,8 @@ class Agent:
             RunnerConfig(
                 root=options.root,
                 keep_sandboxes=options.keep_sandboxes,
+                keep_to=options.keep_to,
+                keep_budget_mb=options.keep_budget_mb,
                 kill_grace_s=options.kill_grace_s,
                 worker_token=options.token,
             ),
@@ -562,6 +580,10 @@ async def serve(options: WorkerOptions) -> int:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+        await agent.runner.settle()
+        if options.own_root:  # nothing of this worker outlives it on the node's scratch
+            with contextlib.suppress(OSError):
+                options.root.rmdir()  # only if empty: a sandbox kept there stays
 
 
 def command(
@@ -615,6 +637,20 @@ def command(
     keep_sandboxes: Annotated[
         str, typer.Option(metavar="never|failure|always", help="Which attempts' sandboxes to keep.")
     ] = "failure",
+    keep_to: Annotated[
+        Path | None,
+        typer.Option(
+            help="Move kept sandboxes to this directory when their attempt ends (a run's "
+            "pilots are given the run's directory, kept/); default: they stay under --root."
+        ),
+    ] = None,
+    keep_budget: Annotated[
+        float,
+        typer.Option(
+            help="MB of kept sandboxes moved to --keep-to at most; past it, only their "
+            "stdout and stderr."
+        ),
+    ] = KEEP_BUDGET_MB,
     sample_interval: Annotated[
         float, typer.Option(help="Seconds between two samples of a task's resource use.")
     ] = 1.0,
@@ -649,6 +685,8 @@ def command(
             connect_timeout=connect_timeout,
             drain_margin=drain_margin,
             keep_sandboxes=keep_sandboxes,  # type: ignore[arg-type]
+            keep_to=keep_to,
+            keep_budget=keep_budget,
             sample_interval=sample_interval,
             first_sample=first_sample,
             cgroups=cgroups,
