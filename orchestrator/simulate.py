@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends import clock
-from backends.mock import DISK_MB
+from backends.sim.backend import DISK_MB
 from learners.replay import MemorySeries, TraceTask
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
