@@ -198,6 +198,12 @@ class BatchBackend(Protocol):
         """End a pilot that is no longer needed: a running one ends COMPLETED."""
         ...
 
+    async def info(self, job_id: str) -> JobInfo:
+        """The state of a job submitted (or reattached) through this backend, as the batch
+        system tells it now (what :meth:`updates` reports as it changes); KeyError for a job
+        it does not know."""
+        ...
+
     def updates(self) -> AsyncIterator[JobInfo]:
         """Every change of state of a job submitted (or reattached) through this backend,
         in order."""
@@ -227,19 +233,11 @@ class ResumeRefused(Exception):
     """This backend cannot take over the pilots of an earlier manager."""
 
 
-class Workers(StrEnum):
-    """How a backend's workers arrive."""
+class BackendError(RuntimeError):
+    """The batch system failed (it did not merely refuse a pilot: that is a
+    :class:`SubmitError`); the message is the batch system's own, ``system`` names it."""
 
-    @property
-    def simulated(self) -> bool:
-        return self is Workers.SIMULATED
-
-    SIMULATED = "simulated"
-    """With their pilot, on virtual time: no manager, no process."""
-    THIS_HOST = "this-host"
-    """Processes on this machine that connect to the run's manager (by loopback by default)."""
-    CLUSTER = "cluster"
-    """Processes on the cluster's nodes that connect to the run's manager over the network."""
+    system: ClassVar[str] = "the batch system"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,40 +274,3 @@ class WorkerLaunch:
     def command(self, place: WorkerPlace) -> tuple[str, ...]:
         """The command line of the worker at ``place``."""
         return (*self.argv, *self.place_args(place))
-
-
-@dataclass(frozen=True, slots=True)
-class RunSite:
-    """Where a backend opened for a run works: the run's directory (pilot output, records)
-    and how its pilots start workers (None for simulated workers)."""
-
-    run_dir: Path
-    launch: WorkerLaunch | None = None
-
-
-class BackendOptions(Protocol):
-    """A backend as a plugin: its options, a frozen dataclass of plain values (what the CLI
-    fills and a run's record keeps), which open the backend for a run.
-
-    Registering the class (:func:`backends.registry.register`) is all it takes to add a
-    backend: its ``name`` is then a ``--backend`` of the CLI, and its fields are options.
-    """
-
-    name: ClassVar[str]
-    workers: ClassVar[Workers]
-
-    def open(self, site: RunSite) -> BatchBackend:
-        """The backend, ready to submit pilots for the run at ``site``."""
-        ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class RemoteOptions:
-    """The options every backend shares whose workers connect to the run's manager."""
-
-    bind: str | None = None
-    """Address the manager listens on; by default 127.0.0.1 for workers on this host, and
-    this host's address as other nodes reach it (its name resolved) for a cluster's."""
-    worker_args: tuple[str, ...] = ()
-    """More ``leadtime worker`` options for every worker (``--sample-interval 0.2``, say)."""
-    heartbeat_s: float = 5.0

@@ -1,8 +1,9 @@
-"""Backends by name: adding one is one options class and one :func:`register`.
+"""Backends by name: adding one is one options class, one function that opens it, and one
+:func:`register`.
 
-Nothing else in leadtime names a backend: the CLI's ``--backend`` choices, a run's record
-of its options and how its workers arrive all come from the options class
-(:class:`~backends.base.BackendOptions`).
+Nothing else in leadtime names a backend: the CLI's ``--backend`` choices and flags, a run's
+record of its options and how its workers arrive all come from the options class
+(:mod:`backends.options`).
 """
 
 from __future__ import annotations
@@ -11,29 +12,43 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from backends.base import BackendOptions
-from backends.local import LocalOptions
-from backends.mock import MockOptions
-from backends.slurm import SlurmOptions
+from backends import local, sim, slurm
+from backends.base import BatchBackend
+from backends.options import BackendOptions, RunSite
 
-Options = TypeVar("Options", bound=type[BackendOptions])
+Options = TypeVar("Options", bound=BackendOptions)
+Open = Callable[[Options, RunSite], BatchBackend]
+"""A backend's one way in: its options and the run's site -> the backend, ready for pilots."""
 
 BACKENDS: dict[str, type[BackendOptions]] = {}
 """Every backend's options class, by the backend's name."""
+_OPEN: dict[type[BackendOptions], Open[Any]] = {}
 
 
-def register(options: Options) -> Options:
-    """Make ``options`` a backend (usable as a class decorator)."""
+def register(options: type[Options], open: Open[Options]) -> None:
+    """Make a backend of ``options`` (a dataclass), which ``open`` opens for a run."""
     if not dataclasses.is_dataclass(options):
         raise TypeError(f"{options.__name__}: a backend's options are a dataclass")
     BACKENDS[options.name] = options
-    return options
+    _OPEN[options] = open
 
 
-for _options in (MockOptions, LocalOptions, SlurmOptions):
-    register(_options)
+def unregister(name: str) -> None:
+    """Forget backend ``name``."""
+    del _OPEN[BACKENDS.pop(name)]
+
+
+register(sim.MockOptions, sim.open)
+register(local.LocalOptions, local.open)
+register(slurm.SlurmOptions, slurm.open)
+
+
+def open_backend(options: BackendOptions, run: RunSite) -> BatchBackend:
+    """The backend ``options`` are for, opened for ``run``."""
+    return _OPEN[type(options)](options, run)
 
 
 def backend_options(name: str) -> type[BackendOptions]:
@@ -52,7 +67,8 @@ def options_json(options: BackendOptions) -> dict[str, Any]:
 
 def options_of(data: dict[str, Any]) -> BackendOptions:
     """The options :func:`options_json` wrote: lists become tuples, nested dataclasses are
-    built again from their fields' types."""
+    built again from their fields' types; fields it lacks (recorded before they were
+    options) keep their defaults."""
     cls = backend_options(data["name"])
     hints = typing.get_type_hints(cls)
     values = {

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from backends import clock
-from backends.mock import MockOptions
+from backends.sim import MockOptions
 from orchestrator.compare import start_offsets
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store

@@ -6,7 +6,7 @@ one site-policy ingredient at a time.
 Every job is submitted at its recorded time with its requested processors and
 time limit and runs for its recorded runtime, on the machine of the log's
 header, under EASY backfill. Rows add one ingredient of the site policy read
-from the log (backends/site.py) to the plain FIFO + EASY model ("easy"):
+from the log (backends/sim/site.py) to the plain FIFO + EASY model ("easy"):
 node granularity, per-user limits, fair share, withdrawn cancelled jobs; then
 the queue models ``site`` (granularity, limits, withdrawn jobs) and
 ``fair-share`` (all four). Waits are compared over the same jobs in every row:
@@ -31,10 +31,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from backends import clock
-from backends.simulator import Simulator
-from backends.site import NO_POLICY, QueueModel, SitePolicy, cancelled_before_start
-from backends.swf import RecordedSchedule, SwfTrace, load_trace
-from backends.workload import ClusterSpec, JobStream, replayable
+from backends.sim.simulator import Simulator
+from backends.sim.site import NO_POLICY, QueueModel, SitePolicy, cancelled_before_start
+from backends.sim.swf import RecordedSchedule, SwfTrace, load_trace
+from backends.sim.workload import ClusterSpec, JobStream, replayable
 
 
 def ranks(x: np.ndarray) -> np.ndarray:

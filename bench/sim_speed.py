@@ -14,10 +14,10 @@ import json
 import numpy as np
 
 from backends import clock
-from backends.simulator import Simulator
-from backends.site import QueueModel, SitePolicy
-from backends.swf import load_trace
-from backends.workload import ClusterSpec, JobStream
+from backends.sim.simulator import Simulator
+from backends.sim.site import QueueModel, SitePolicy
+from backends.sim.swf import load_trace
+from backends.sim.workload import ClusterSpec, JobStream
 
 
 def measure(

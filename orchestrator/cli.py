@@ -7,7 +7,6 @@ import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -19,17 +18,16 @@ from rich.table import Table
 from rich.text import Text
 
 from backends import clock
-from backends.base import BackendOptions, SubmitError
-from backends.mock import TRACES, MockOptions
+from backends.base import BackendError, SubmitError
 from backends.registry import BACKENDS
-from backends.site import QueueModel
-from backends.slurm import SlurmError
-from backends.workload import ClusterSpec
+from backends.sim import MockOptions
+from backends.sim.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
-from orchestrator import human, runs, tasklogs
+from orchestrator import backend_flags, human, runs, tasklogs
 from orchestrator.agent import worker as agent
+from orchestrator.backend_flags import Options
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
@@ -125,31 +123,6 @@ def _choice(value: str, choices: Sequence[str], what: str) -> str:
     return value
 
 
-Trace = Annotated[
-    str | None, typer.Option(help="Mock background load: HPC2N, KTH, CTC or an SWF file.")
-]
-Load = Annotated[
-    float, typer.Option("--load", help="Mock synthetic utilisation without --trace (0: idle).")
-]
-TraceLoad = Annotated[float, typer.Option(help="Mock trace arrival-rate factor (1: as recorded).")]
-Cluster = Annotated[
-    str | None,
-    typer.Option(help="Mock cluster NODESxCORES[:MEMORY per node], e.g. 9x28:128G."),
-]
-Priority = Annotated[
-    str, typer.Option(help="Mock queue order: submit (FIFO, priority/basic) or eligible time.")
-]
-QUEUE_MODELS = tuple(model.value for model in QueueModel)
-QueueModelOption = Annotated[
-    str,
-    typer.Option(
-        "--queue-model",
-        help="Mock scheduling of the replayed log: site (its per-user limits, whole nodes where "
-        "its machine gave them, its cancelled jobs queued until cancelled), fair-share (site "
-        "with Slurm's fair-share priority, age counted as --priority says) or easy (FIFO and "
-        "EASY backfill alone).",
-    ),
-]
 ALL_FIELDS = ",".join(GEOMETRY_FIELDS)
 LearnBy = Annotated[
     str,
@@ -170,7 +143,6 @@ IdleCancel = Annotated[
         help="asa-naive: cancel and resubmit a pilot that would idle longer than this (s).",
     ),
 ]
-Offset = Annotated[float | None, typer.Option(help="Mock trace offset in seconds from its start.")]
 LearnerScope = Annotated[
     str | None,
     typer.Option(
@@ -215,40 +187,6 @@ def _wait_estimate(text: str) -> str:
     fail(f"--wait-estimate {text}: expected auto, sample or a quantile in (0, 1]")
 
 
-def _mock(
-    trace: str | None,
-    load_: float,
-    trace_load: float,
-    cluster: str | None,
-    priority: str,
-    queue_model: str,
-    offset: float | None,
-    seed: int,
-) -> MockOptions:
-    if trace is not None and trace.upper() in TRACES:
-        trace = trace.upper()
-    elif trace is not None and not Path(trace).exists():
-        fail(f"--trace {trace}: not one of {', '.join(TRACES)} and no such file")
-    _choice(priority, ("submit", "eligible"), "priority")
-    _choice(queue_model, QUEUE_MODELS, "queue model")
-    try:
-        spec = None if cluster is None else ClusterSpec.parse(cluster)
-    except ValueError as e:
-        fail(f"--cluster: {e}")
-    if trace_load <= 0:
-        fail("--trace-load must be positive")
-    return MockOptions(
-        trace=trace,
-        load=load_,
-        trace_load=trace_load,
-        cluster=spec,
-        priority=priority,
-        queue_model=queue_model,
-        offset=offset,
-        seed=seed,
-    )
-
-
 @app.command()
 def validate(
     file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
@@ -264,13 +202,8 @@ def validate(
     )
 
 
-KEEP_SANDBOXES = "failure"
-"""Which attempts' scratch directories a run's workers keep, unless told."""
-MANAGER_GRACE_S = 600.0
-"""How long a run's workers wait for a manager that is gone, unless told."""
-
-
 @app.command()
+@backend_flags.with_backend_flags(lambda: BACKENDS.values(), after="sizer")
 def run(
     file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
     backend: Annotated[
@@ -278,13 +211,6 @@ def run(
     ] = "mock",
     strategy: Annotated[str, typer.Option(help=f"One of {', '.join(STRATEGIES)}.")] = "asa",
     sizer: Annotated[str | None, typer.Option(help="Task sizer (see `leadtime sizers`).")] = None,
-    trace: Trace = None,
-    load_: Load = 0.7,
-    trace_load: TraceLoad = 1.0,
-    cluster: Cluster = None,
-    priority: Priority = "submit",
-    queue_model: QueueModelOption = QueueModel.SITE.value,
-    offset: Offset = None,
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
@@ -300,40 +226,6 @@ def run(
             "For slurm, on a file system the compute nodes share."
         ),
     ] = None,
-    keep_sandboxes: Annotated[
-        str,
-        typer.Option(
-            metavar="never|failure|always",
-            help="Local, slurm: which attempts' scratch directories ($LEADTIME_SCRATCH, with "
-            "their stdout and stderr) stay after they end.",
-        ),
-    ] = KEEP_SANDBOXES,
-    bind: Annotated[
-        str | None,
-        typer.Option(
-            help="Local, slurm: the address the manager listens on for its workers "
-            "(default: 127.0.0.1 for local, this host's address for slurm)."
-        ),
-    ] = None,
-    sbatch_option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--sbatch-option",
-            help="Slurm: an option added to every pilot's sbatch (repeatable), "
-            "e.g. --sbatch-option=--account=proj.",
-        ),
-    ] = None,
-    oversubscribe: Annotated[
-        bool, typer.Option(help="Local: let a pilot ask for more cores than this machine has.")
-    ] = False,
-    manager_grace: Annotated[
-        float,
-        typer.Option(
-            help="Local, slurm: how long the run's workers wait for a manager that is gone "
-            "(for `leadtime resume` to take them over) before they end, and their pilots "
-            "with them (s).",
-        ),
-    ] = MANAGER_GRACE_S,
     learner_scope: LearnerScope = None,
     resume: Annotated[
         bool,
@@ -348,41 +240,15 @@ def run(
     db: Db = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
     quiet: Annotated[bool, typer.Option(help="No live dashboard.")] = False,
+    **given: Any,
 ) -> None:
     """Run a workflow and print its figures."""
     workflow = load_workflow(file, scale)
     _choice(strategy, STRATEGIES, "strategy")
     _choice(policy, POLICIES, "policy")
     _choice(backend, tuple(BACKENDS), "backend")
-    if backend != "mock" and strategy == "oracle":
-        fail("--strategy oracle needs the simulated queue's true waits: use --backend mock")
-    _choice(keep_sandboxes, ("never", "failure", "always"), "--keep-sandboxes value")
-    if not manager_grace > 0:
-        fail(f"--manager-grace {manager_grace:g}: expected a positive number of seconds")
-    worker_args = ("--keep-sandboxes", keep_sandboxes, "--connect-timeout", f"{manager_grace:g}")
-    mock = _mock(trace, load_, trace_load, cluster, priority, queue_model, offset, seed)
-    values = {
-        **{f.name: getattr(mock, f.name) for f in fields(mock)},
-        "bind": bind,
-        "sbatch_options": tuple(sbatch_option or ()),
-        "oversubscribe": oversubscribe,
-        "worker_args": worker_args,
-    }
-    flags = {  # flag: (the field it fills, whether it was given a value of its own)
-        **{
-            f"--{f.name.replace('_', '-')}": (f.name, getattr(mock, f.name) != f.default)
-            for f in fields(mock)
-            if f.name != "seed"
-        },
-        "--bind": ("bind", bind is not None),
-        "--sbatch-option": ("sbatch_options", bool(sbatch_option)),
-        "--oversubscribe": ("oversubscribe", oversubscribe),
-        "--keep-sandboxes": ("worker_args", keep_sandboxes != KEEP_SANDBOXES),
-        "--manager-grace": ("worker_args", manager_grace != MANAGER_GRACE_S),
-    }
-    given = {flag: field for flag, (field, set_) in flags.items() if set_}
     config = RunConfig(
-        backend=backend_options(backend, values, given),
+        backend=_backend(BACKENDS[backend], given, seed=seed),
         strategy=strategy,
         seed=seed,
         scale=scale,
@@ -403,17 +269,18 @@ def run(
     _report(summary, json_)
 
 
-def backend_options(name: str, values: dict[str, Any], given: dict[str, str]) -> BackendOptions:
-    """Backend ``name``'s options: the fields it has filled from ``values`` (the flags' values
-    by the field they fill); a flag the user set (``given``: flag -> field) for a field this
-    backend lacks is a mistake, named with the backends it is for."""
-    cls = BACKENDS[name]
-    own = {f.name for f in fields(cls)}
-    for flag, field in given.items():
-        if field not in own:
-            owners = [n for n, c in BACKENDS.items() if field in {f.name for f in fields(c)}]
-            fail(f"{flag} is for --backend {' or '.join(owners)}")
-    return cls(**{k: v for k, v in values.items() if k in own})
+def _backend(
+    cls: type[Options],
+    given: dict[str, Any],
+    defaults: dict[str, Any] | None = None,
+    **values: Any,
+) -> Options:
+    """The chosen backend's options from the flags ``given`` (:mod:`backend_flags`)."""
+    flags = backend_flags.backend_flags(BACKENDS.values(), defaults)
+    try:
+        return backend_flags.options(cls, given, flags, BACKENDS, **values)
+    except ValueError as e:
+        fail(str(e))
 
 
 def _report(summary: RunSummary, json_: bool) -> None:
@@ -461,16 +328,14 @@ def _start(start: Start, db: Path | None, *, real: bool, dashboard: bool) -> Run
         fail(str(e))
     except (KeyboardInterrupt, asyncio.CancelledError):
         fail("interrupted: the run's pilots were released (resume it with leadtime resume)", 130)
-    except Refused as e:
+    except (Refused, SetupError) as e:
         if new_store:  # a run refused before it started leaves no store behind
             _remove_store(db or default_path())
         fail(str(e))
     except SubmitError as e:
         fail(f"the batch system refused a pilot: {e}" + (f" ({e.option})" if e.option else ""))
-    except SetupError as e:
-        fail(str(e))
-    except SlurmError as e:
-        fail(f"Slurm: {e}")
+    except BackendError as e:
+        fail(f"{e.system}: {e}")
 
 
 def _unfinished(workflow: Workflow, db: Path | None) -> str | None:
@@ -531,8 +396,8 @@ def cancel(
         cancelled = clock.run(main(), virtual=False)
     except (StoreError, ResumeError) as e:
         fail(str(e))
-    except SlurmError as e:
-        fail(f"Slurm: {e}")
+    except BackendError as e:
+        fail(f"{e.system}: {e}")
     jobs = f": cancelled {', '.join(cancelled)}" if cancelled else ""
     out.print(f"run {run_id} cancelled{jobs}", highlight=False, markup=False)
 
@@ -781,7 +646,14 @@ def _csv(text: str, what: str) -> list[str]:
     return items
 
 
+COMPARED = {"trace": "HPC2N"}
+"""What a comparison replays unless told."""
+
+
 @app.command()
+@backend_flags.with_backend_flags(
+    lambda: [MockOptions], after="sizer", defaults=COMPARED, without={"offset"}
+)
 def compare(
     files: Annotated[list[Path], typer.Argument(help="Workflow files (TOML).")],
     backend: Annotated[
@@ -795,12 +667,6 @@ def compare(
     ] = "28,56,112",
     runs: Annotated[int, typer.Option(min=1, help="Runs per workflow, scale and strategy.")] = 1,
     sizer: Annotated[str | None, typer.Option(help="Task sizer.")] = None,
-    trace: Trace = "HPC2N",
-    load_: Load = 0.7,
-    trace_load: TraceLoad = 1.0,
-    cluster: Cluster = None,
-    priority: Priority = "submit",
-    queue_model: QueueModelOption = QueueModel.SITE.value,
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
     ] = DEFAULT_POLICY,
@@ -822,6 +688,7 @@ def compare(
         Path | None,
         typer.Option("--report", help="Also write the comparison as an HTML file, with plots."),
     ] = None,
+    **given: Any,
 ) -> None:
     """Run strategies side by side under identical conditions (Table 1 of the ASA paper)."""
     if backend != "mock":
@@ -838,6 +705,7 @@ def compare(
     _choice(policy, POLICIES, "policy")
     for path in files:
         load_workflow(path, None)
+    mock = _backend(MockOptions, given, COMPARED, seed=seed)
     config = RunConfig(
         seed=seed,
         policy=policy,
@@ -845,7 +713,7 @@ def compare(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
-        backend=_mock(trace, load_, trace_load, cluster, priority, queue_model, None, seed),
+        backend=mock,
         **_sizer(sizer),
     )
     live = not (quiet or json_)
@@ -880,12 +748,12 @@ def compare(
             "strategies": ", ".join(chosen),
             "scales (cores)": ", ".join(map(str, cores)),
             "runs": str(runs),
-            "queue": f"{trace} replayed" if trace else f"synthetic load {load_:g}",
-            "queue order": f"by {priority} time",
+            "queue": f"{mock.trace} replayed" if mock.trace else f"synthetic load {mock.load:g}",
+            "queue order": f"by {mock.priority} time",
             "seed": str(seed),
         }
-        if cluster:
-            settings["cluster"] = cluster
+        if "cluster" in given:
+            settings["cluster"] = given["cluster"]
         _write_page(report_file, _html_pages().compare_page(rows, settings))
         err.print(f"wrote {report_file}", highlight=False)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.mock import MockOptions
-from backends.swf import load_trace
+from backends.sim import MockOptions
+from backends.sim.swf import load_trace
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary

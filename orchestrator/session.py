@@ -18,18 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from backends import clock
-from backends.base import (
-    NODE,
-    BackendOptions,
-    BatchBackend,
-    JobState,
-    RemoteOptions,
-    RunSite,
-    Workers,
-    node_share,
-)
-from backends.mock import MockOptions
-from backends.registry import BACKENDS, options_json, options_of
+from backends.base import NODE, BatchBackend, JobState, node_share
+from backends.options import BackendOptions, RemoteOptions, RunSite, Workers
+from backends.registry import BACKENDS, open_backend, options_json, options_of
+from backends.sim import MockOptions
 from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
@@ -60,7 +52,7 @@ class SetupError(Exception):
 class RunConfig:
     backend: BackendOptions = field(default_factory=MockOptions)
     """Where pilots come from, as that backend's options: the simulated cluster on virtual
-    time (:class:`~backends.mock.MockOptions`), processes on this machine
+    time (:class:`~backends.sim.MockOptions`), processes on this machine
     (:class:`~backends.local.LocalOptions`), Slurm's batch jobs
     (:class:`~backends.slurm.SlurmOptions`), or any backend registered
     (:mod:`backends.registry`)."""
@@ -152,13 +144,20 @@ async def execute(
     async with contextlib.AsyncExitStack() as stack:
         run: RunManager | None = None
         if backend is None and config.backend.workers is Workers.SIMULATED:
-            backend = config.backend.open(RunSite(dirs.run_dir))
+            backend = open_backend(config.backend, RunSite(dirs.run_dir))
         elif backend is None:
             run = await stack.enter_async_context(
                 run_manager(config.backend, dirs.run_dir, resumed=saved is not None)
             )
             backend, workers = run.backend, run.workers
         stack.push_async_callback(backend.close)
+        if planner is None and config.strategy == "oracle" and backend.true_wait is None:
+            if run is not None:
+                run.end()
+            raise SetupError(
+                f"strategy oracle needs the queue's true waits, which the {backend.name} "
+                "backend cannot tell: use the simulated cluster (--backend mock)"
+            )
         return await _execute(
             workflow, config, store, backend, workers, observer, run_id, planner, dirs, run, saved
         )
@@ -455,9 +454,9 @@ async def run_manager(
         run_dir / "manager",
         secret_file=secret_file,
         keep_to=run_dir / "kept",
-        args=options.worker_args,
+        args=options.worker_options(),
     )
-    backend = options.open(RunSite(run_dir, launch))
+    backend = open_backend(options, RunSite(run_dir, launch))
     if options.workers is Workers.THIS_HOST:
         bind, wildcard = options.bind or "127.0.0.1", "127.0.0.1"
     else:

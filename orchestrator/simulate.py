@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends import clock
-from backends.mock import DISK_MB
+from backends.sim.backend import DISK_MB
 from learners.attempt_end import Kills, MemorySeries, attempt_end
 from learners.replay import TraceTask
 from learners.resources import Resources

@@ -6,9 +6,9 @@ import io
 import pytest
 from rich.console import Console
 
-from backends import clock
-from backends.mock import MockOptions
-from backends.workload import ClusterSpec
+from backends import clock, sim
+from backends.sim import MockOptions
+from backends.sim.workload import ClusterSpec
 from orchestrator.dashboard import Dashboard, render
 from orchestrator.engine import Engine
 from orchestrator.planner import Asa
@@ -108,7 +108,7 @@ def test_the_learner_persists_in_the_store_across_runs():
     async def main():
         async with await Store.open(":memory:") as store:
             config = RunConfig(strategy="asa", backend=MockOptions(load=0.9, cluster=CLUSTER))
-            cluster = await config.backend.open().cluster_name()
+            cluster = await sim.open(config.backend).cluster_name()
             await execute(TWO_STAGES, config, store)
             first = (await QueueWaits.load(store, cluster)).learner.to_dict()
             await execute(TWO_STAGES, config, store)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from backends import clock
-from backends.mock import MockOptions
-from backends.workload import ClusterSpec
+from backends.sim import MockOptions
+from backends.sim.workload import ClusterSpec
 from orchestrator.autoalloc import (
     FALLBACK_TIME_S,
     MARGIN,

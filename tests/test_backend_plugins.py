@@ -1,5 +1,6 @@
-"""A backend is one options class and one registration: a backend of this file's own runs
-workflows through the engine, the CLI and a run's record with no edit anywhere else."""
+"""A backend is one options class, one function that opens it and one registration: a
+backend of this file's own runs workflows through the engine, the CLI (its options among the
+flags) and a run's record with no edit anywhere else."""
 
 import asyncio
 import json
@@ -10,21 +11,20 @@ from typing import ClassVar
 import pytest
 
 from backends import clock
-from backends.base import (
-    JobInfo,
-    JobState,
-    NodeShare,
-    PilotRequest,
-    ResumeRefused,
-    RunSite,
-    SubmitError,
-    Workers,
-)
+from backends.base import JobInfo, JobState, NodeShare, PilotRequest, ResumeRefused, SubmitError
 from backends.local import LocalOptions
-from backends.mock import MockOptions
-from backends.registry import BACKENDS, backend_options, options_json, options_of, register
+from backends.options import RunSite, Workers, option
+from backends.registry import (
+    BACKENDS,
+    backend_options,
+    options_json,
+    options_of,
+    register,
+    unregister,
+)
+from backends.sim import MockOptions
+from backends.sim.workload import ClusterSpec
 from backends.slurm import SlurmOptions
-from backends.workload import ClusterSpec
 from learners.resources import Resources
 from orchestrator.session import RunConfig, config_json, config_of, run_simulated
 from workflows.spec import example, load
@@ -66,6 +66,9 @@ class Instant:
     async def release(self, job_id: str) -> None:
         self._end(job_id, JobState.COMPLETED)
 
+    async def info(self, job_id: str) -> JobInfo:
+        return self._jobs[job_id]
+
     async def updates(self) -> AsyncIterator[JobInfo]:
         while True:
             yield await self._updates.get()
@@ -98,17 +101,18 @@ class InstantOptions:
     name: ClassVar[str] = "instant"
     workers: ClassVar[Workers] = Workers.SIMULATED
 
-    cores: int = 28
+    cores: int = option(28, "Instant: the cores of its one node.")
 
-    def open(self, site: RunSite | None = None) -> Instant:
-        return Instant(self.cores)
+
+def open_instant(options: InstantOptions, run: RunSite) -> Instant:
+    return Instant(options.cores)
 
 
 @pytest.fixture
 def instant():
-    register(InstantOptions)
+    register(InstantOptions, open_instant)
     yield InstantOptions
-    del BACKENDS[InstantOptions.name]
+    unregister(InstantOptions.name)
 
 
 def test_a_registered_backend_runs_a_workflow(instant):
@@ -162,3 +166,15 @@ def test_a_backend_s_flag_given_to_another_is_a_one_line_error(cli, args, messag
     assert done.exit_code == 2
     assert message in done.output
     assert "Traceback" not in done.output
+
+
+def test_its_options_are_flags_of_the_cli(instant, cli):
+    shown = " ".join(cli("run", "--help").output.replace("│", " ").split())
+    assert "--cores INTEGER Instant: the cores of its one node. [default: 28]" in shown
+    blast = str(example("blast"))
+    small = cli("run", blast, "--backend", "instant", "--cores", "14", "--quiet")
+    assert small.exit_code == 2  # blast's search stage asks for 28 cores
+    assert "28 cores: a node has 14" in " ".join(small.output.split())
+    wrong = cli("run", blast, "--cores", "14", "--quiet")
+    assert wrong.exit_code == 2
+    assert "--cores is for --backend instant" in wrong.output

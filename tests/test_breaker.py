@@ -5,8 +5,8 @@ from collections.abc import Sequence
 
 from backends import clock
 from backends.local import LocalOptions
-from backends.mock import MockOptions, MockSlurm
-from backends.workload import ClusterSpec
+from backends.sim import MockOptions, MockSlurm
+from backends.sim.workload import ClusterSpec
 from orchestrator.breaker import IN_A_ROW, PER_MINUTE, Breaker
 from orchestrator.engine import PilotRun
 from orchestrator.pool import Worker

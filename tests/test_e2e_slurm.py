@@ -430,7 +430,7 @@ def test_a_controller_outage_mid_run_is_waited_out_without_duplicate_pilots(
                 workflow, slurm_config(tmp_path, "per-stage"), store, cluster, observer
             )
 
-    caplog.set_level(logging.WARNING, logger="backends.slurm")
+    caplog.set_level(logging.WARNING, logger="backends.slurm.backend")
     try:
         summary, rows = clock.run(main(), virtual=False)
     finally:

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from backends.simulator import Simulator
-from backends.site import UserLimits
-from backends.workload import ClusterSpec, JobStream
+from backends.sim.simulator import Simulator
+from backends.sim.site import UserLimits
+from backends.sim.workload import ClusterSpec, JobStream
 
 
 def reference_starts(

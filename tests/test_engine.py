@@ -8,8 +8,8 @@ import pytest
 
 from backends import clock
 from backends.base import JobState
-from backends.mock import MockOptions, MockSlurm
-from backends.workload import ClusterSpec
+from backends.sim import MockOptions, MockSlurm
+from backends.sim.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS
 from orchestrator.planner import Phase
 from orchestrator.session import RunConfig, execute, run_simulated

@@ -41,7 +41,7 @@ def test_the_agent_imports_no_learner_no_numpy_nothing_of_the_manager():
 
 
 def test_backends_import_nothing_of_the_orchestrator():
-    modules = imported("backends.registry", "backends.mock", "backends.local", "backends.slurm")
+    modules = imported("backends.registry", "backends.sim", "backends.local", "backends.slurm")
     assert {m for m in modules if m.split(".")[0] == "orchestrator"} == set()
 
 

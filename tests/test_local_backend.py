@@ -8,7 +8,7 @@ import pytest
 
 from backends import clock
 from backends.base import Dependency, JobState, PilotRequest, SubmitError, node_share
-from backends.local import LocalBackend
+from backends.local.backend import LocalBackend
 from learners.resources import Resources
 from orchestrator.agent import protocol
 from orchestrator.agent import worker as agent

@@ -8,9 +8,9 @@ import pytest
 
 from backends import clock
 from backends.base import Dependency, JobState, PilotRequest, SubmitError
-from backends.mock import MockSlurm
-from backends.simulator import Simulator
-from backends.workload import ClusterSpec, JobStream
+from backends.sim.backend import MockSlurm
+from backends.sim.simulator import Simulator
+from backends.sim.workload import ClusterSpec, JobStream
 
 S = JobState
 

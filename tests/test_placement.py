@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.placement import Nodes, best_fit, place
+from backends.sim.placement import Nodes, best_fit, place
 
 
 def check(nodes: Nodes, count: int) -> None:

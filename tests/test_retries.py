@@ -1,8 +1,8 @@
 """How the engine retries: only the exhausted resource grows; declared sizes are fixed."""
 
 from backends import clock
-from backends.mock import MockSlurm
-from backends.workload import ClusterSpec
+from backends.sim.backend import MockSlurm
+from backends.sim.workload import ClusterSpec
 from learners.resources import RESOURCES, Resources
 from learners.sizing import make_sizer
 from orchestrator.engine import Engine

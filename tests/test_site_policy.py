@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from backends.mock import MockSlurm
-from backends.simulator import Simulator
-from backends.site import (
+from backends.sim.backend import MockSlurm
+from backends.sim.simulator import Simulator
+from backends.sim.site import (
     FairShare,
     QueueModel,
     SitePolicy,
@@ -13,8 +13,8 @@ from backends.site import (
     node_exclusive_procs,
     user_limits,
 )
-from backends.swf import read_swf
-from backends.workload import ClusterSpec, JobStream, TraceReplay, replayable
+from backends.sim.swf import read_swf
+from backends.sim.workload import ClusterSpec, JobStream, TraceReplay, replayable
 
 
 def log(tmp_path, rows, max_nodes=None, max_procs=16):

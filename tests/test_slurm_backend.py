@@ -24,8 +24,8 @@ from backends.base import (
     SubmitError,
     WorkerLaunch,
 )
-from backends.slurm import Backoff, SlurmBackend, SlurmCommands
-from backends.slurm_jobs import parse_scontrol, parse_squeue_json
+from backends.slurm.backend import Backoff, SlurmBackend, SlurmCommands
+from backends.slurm.jobs import parse_scontrol, parse_squeue_json
 
 pytestmark = pytest.mark.slurm
 
@@ -332,7 +332,7 @@ async def test_scontrol_fallback_reads_what_squeue_reads(jobs):
 async def test_controller_outage_is_waited_out_without_duplicates(jobs, caplog, slurm_local):
     tracked = await jobs.backend.submit(jobs.request("tracked"))
     await jobs.state(tracked, JobState.RUNNING)
-    caplog.set_level(logging.WARNING, logger="backends.slurm")
+    caplog.set_level(logging.WARNING, logger="backends.slurm.backend")
     sh(slurm_local, "stop-ctld")
     try:
         submission = asyncio.create_task(jobs.backend.submit(jobs.request("during")))

@@ -14,7 +14,7 @@ import pytest
 
 from backends import clock
 from backends.base import Dependency, JobState, NodeShare, PilotRequest, SubmitError
-from backends.slurm_jobs import (
+from backends.slurm.jobs import (
     NodeSize,
     SlurmOutputError,
     SlurmReportedError,
@@ -22,7 +22,7 @@ from backends.slurm_jobs import (
     parse_sinfo_nodes,
     parse_squeue_json,
 )
-from backends.slurm_script import batch_script, rejection, sbatch_arguments
+from backends.slurm.script import batch_script, rejection, sbatch_arguments
 from orchestrator.agent.worker import node_share_from_env
 
 RUN_DIR = Path("/runs/r1")

@@ -10,9 +10,9 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from backends import clock
+from backends import clock, sim
 from backends.local import LocalOptions
-from backends.mock import MockOptions
+from backends.sim import MockOptions
 from learners.queue_wait import GEOMETRY_FIELDS
 from orchestrator.cli import app
 from orchestrator.session import RunConfig, execute, run_simulated
@@ -149,7 +149,7 @@ def test_runs_sharing_a_store_at_once_lose_no_learner_update(tmp_path):
         try:
             await asyncio.gather(*(execute(workflow, config, s) for s in stores))
             waits = await stores[0].rows("waits")
-            cluster = await config.backend.open().cluster_name()
+            cluster = await sim.open(config.backend).cluster_name()
             learner = (await QueueWaits.load(stores[0], cluster)).learner
         finally:
             for s in stores:

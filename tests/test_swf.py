@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from backends.swf import TRACES_DIR, SwfError, load_trace, read_swf, trace_path
+from backends.sim.swf import TRACES_DIR, SwfError, load_trace, read_swf, trace_path
 from workflows.datasets import DataNotFound
 
 HEADER = """\

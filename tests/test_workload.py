@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from backends.simulator import Simulator
-from backends.swf import SwfHeader, SwfTrace, load_trace, read_swf
-from backends.workload import ClusterSpec, JobStream, SyntheticLoad, TraceReplay
+from backends.sim.simulator import Simulator
+from backends.sim.swf import SwfHeader, SwfTrace, load_trace, read_swf
+from backends.sim.workload import ClusterSpec, JobStream, SyntheticLoad, TraceReplay
 
 
 def trace(tmp_path, header, rows):

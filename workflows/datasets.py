@@ -1,6 +1,6 @@
 """Where the task and queue traces for tests and benchmarks live: ``$LEADTIME_DATA``, else
 ``../shared/data`` beside the checkout. leadtime itself needs none of them: the queue logs behind
-``--trace HPC2N|KTH|CTC`` ship with the package (``backends/traces``)."""
+``--trace HPC2N|KTH|CTC`` ship with the package (``backends/sim/traces``)."""
 
 from __future__ import annotations
 

@@ -24,21 +24,19 @@ import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 from backends import clock
 from backends.base import (
     NODE,
+    BackendError,
     JobInfo,
     JobState,
     PilotRequest,
-    RemoteOptions,
-    RunSite,
     SubmitError,
     WorkerLaunch,
-    Workers,
 )
-from backends.slurm_jobs import (
+from backends.slurm.jobs import (
     JobRecord,
     SlurmOutputError,
     SlurmReportedError,
@@ -46,7 +44,7 @@ from backends.slurm_jobs import (
     parse_sinfo_nodes,
     parse_squeue_json,
 )
-from backends.slurm_script import batch_script, rejection, sbatch_arguments
+from backends.slurm.script import batch_script, rejection, sbatch_arguments
 from learners.resources import Resources
 
 T = TypeVar("T")
@@ -65,8 +63,10 @@ _TRANSIENT = re.compile(
 _CLOCK_SLACK_S = 120.0
 
 
-class SlurmError(RuntimeError):
+class SlurmError(BackendError):
     """A Slurm command failed; the message is Slurm's own."""
+
+    system = "Slurm"
 
 
 class SlurmUnavailable(SlurmError):
@@ -101,29 +101,6 @@ class Backoff:
     first_s: float = 1.0
     max_s: float = 15.0
     give_up_s: float = 300.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmOptions(RemoteOptions):
-    """Pilots as Slurm batch jobs, workers connecting to this process from the compute nodes."""
-
-    name: ClassVar[str] = "slurm"
-    workers: ClassVar[Workers] = Workers.CLUSTER
-
-    sbatch_options: tuple[str, ...] = ()
-    """Added to every pilot's sbatch command line (``--account=proj``, ``--constraint=x``)."""
-    poll_interval_s: float = 2.0
-    """Seconds between two ``squeue`` readings of the run's jobs."""
-
-    def open(self, site: RunSite) -> SlurmBackend:
-        if site.launch is None:
-            raise ValueError("Slurm pilots need a worker launch")
-        return SlurmBackend(
-            site.launch,
-            site.run_dir,
-            sbatch_options=self.sbatch_options,
-            poll_interval_s=self.poll_interval_s,
-        )
 
 
 @dataclass(slots=True)

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from backends.site import NO_POLICY, SitePolicy
-from backends.swf import SwfTrace, load_trace
+from backends.sim.site import NO_POLICY, SitePolicy
+from backends.sim.swf import SwfTrace, load_trace
 from workflows import quantity
 
 WEEK = 7 * 86400.0

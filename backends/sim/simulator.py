@@ -2,7 +2,7 @@
 
 The core keeps its own event heap and clock; :meth:`Simulator.advance_to` runs
 every event up to a time and :meth:`Simulator.next_event_time` says when the
-next one is due, so an asyncio adapter (``backends/mock.py``) can sleep until
+next one is due, so an asyncio adapter (``backends/sim/backend.py``) can sleep until
 then while benchmarks drive the core at full speed.
 
 Scheduling follows Slurm's ``sched/backfill`` in its EASY form: jobs start in
@@ -43,9 +43,9 @@ from backends.base import (
     SubmitError,
     dependency_status,
 )
-from backends.placement import EPS, Nodes, Placement, place
-from backends.site import FairShare, UserLimits
-from backends.workload import ClusterSpec, JobStream
+from backends.sim.placement import EPS, Nodes, Placement, place
+from backends.sim.site import FairShare, UserLimits
+from backends.sim.workload import ClusterSpec, JobStream
 
 Priority = Literal["submit", "eligible"]
 Values = TypeVar("Values", float, np.ndarray)  # one job's, or many jobs' at once

@@ -41,7 +41,7 @@ FIELDS: tuple[tuple[str, type], ...] = (
 )
 DTYPE = np.dtype([(name, kind) for name, kind in FIELDS])
 
-#: The queue logs shipped with leadtime (``backends/traces``, see its NOTICE), by short name.
+#: The queue logs shipped with leadtime (``backends/sim/traces``, see its NOTICE), by short name.
 BUILTIN_TRACES = {
     "HPC2N": "HPC2N-2002-2.2-cln.swf.gz",
     "KTH": "KTH-SP2-1996-2.1-cln.swf.gz",

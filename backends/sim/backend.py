@@ -1,6 +1,6 @@
 """The simulated Slurm cluster behind the :class:`~backends.base.BatchBackend` protocol.
 
-A thin asyncio shell over :class:`backends.simulator.Simulator`: the core runs
+A thin asyncio shell over :class:`backends.sim.simulator.Simulator`: the core runs
 on the loop's clock (virtual in simulations), one loop timer is kept for the
 core's next event while a pilot is pending or running, and every change of a
 pilot's state becomes a :class:`~backends.base.JobInfo` in :meth:`updates`.
@@ -11,12 +11,9 @@ the background load's warm-up at full speed.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
 
 from backends.base import (
     JobInfo,
@@ -24,14 +21,12 @@ from backends.base import (
     NodeShare,
     PilotRequest,
     ResumeRefused,
-    RunSite,
     SubmitError,
-    Workers,
 )
-from backends.simulator import INF, Priority, SimJob, Simulator
-from backends.site import NO_POLICY, QueueModel, SitePolicy
-from backends.swf import SwfTrace, load_trace
-from backends.workload import WEEK, Background, ClusterSpec, SyntheticLoad, TraceReplay
+from backends.sim.simulator import INF, Priority, SimJob, Simulator
+from backends.sim.site import NO_POLICY, QueueModel, SitePolicy
+from backends.sim.swf import SwfTrace, load_trace
+from backends.sim.workload import WEEK, Background, ClusterSpec, TraceReplay
 from learners.resources import Resources
 from workflows.spec import Allocation
 
@@ -39,67 +34,11 @@ from workflows.spec import Allocation
 DEFAULT_CLUSTER = ClusterSpec(nodes=16, cores_per_node=32)
 DISK_MB = 1_000_000.0
 """Scratch disk of a simulated node (1 TB)."""
-TRACES = ("HPC2N", "KTH", "CTC")
-"""The queue logs shipped with leadtime (:mod:`backends.swf`)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MockOptions:
-    """The simulated cluster: a replayed trace, or synthetic load on a given cluster."""
-
-    name: ClassVar[str] = "mock"
-    workers: ClassVar[Workers] = Workers.SIMULATED
-
-    trace: str | None = None
-    """HPC2N, KTH, CTC or the path of an SWF file; None for synthetic load."""
-    load: float = 0.7
-    """Synthetic utilisation of the cluster (0 for an idle cluster) when no trace is given."""
-    trace_load: float = 1.0
-    """Arrival-rate factor of the replayed trace (1: as recorded)."""
-    cluster: ClusterSpec | None = None
-    priority: str = "submit"
-    queue_model: str = QueueModel.SITE
-    """How the replayed log is scheduled: ``site`` (the log's per-user limits, node
-    granularity and cancelled jobs), ``fair-share`` (and Slurm's fair-share priority) or
-    ``easy`` (FIFO and EASY backfill alone); synthetic load is always ``easy``."""
-    offset: float | None = None
-    warmup: float | None = None
-    cluster_scale: int = 1
-    seed: int = 0
-
-    def open(self, site: RunSite | None = None) -> MockSlurm:
-        """The simulated cluster (it lives in memory: ``site`` is not used)."""
-        common: dict[str, Any] = {"priority": self.priority}
-        if self.trace is not None:
-            extra = {} if self.warmup is None else {"warmup": self.warmup}
-            log, policy = _log_and_policy(self.trace, self.queue_model)
-            replay = TraceReplay(
-                log,
-                offset=self.offset,
-                scale=self.cluster_scale,
-                load=self.trace_load,
-                site=policy,
-                **extra,
-            )
-            return MockSlurm(self.cluster, background=replay, **common)
-        if self.load <= 0:
-            return MockSlurm(self.cluster, **common)
-        cluster = self.cluster or ClusterSpec(nodes=64, cores_per_node=32)
-        load = SyntheticLoad(utilisation=self.load, seed=self.seed, cluster=cluster)
-        return MockSlurm(cluster, background=load, **common)
-
-
-@functools.lru_cache(maxsize=8)
-def _log_and_policy(trace: str, model: str) -> tuple[SwfTrace, SitePolicy]:
-    """A log and the policy ``model`` reads from it, once per process (a comparison replays
-    the same log in every run)."""
-    log = load_trace(trace)
-    return log, SitePolicy.of(model, log)
 
 
 class MockSlurm:
     """A simulated Slurm cluster: nodes, EASY backfill, dependencies, background load under
-    its site policy (per-user limits, fair share: :class:`~backends.site.SitePolicy`).
+    its site policy (per-user limits, fair share: :class:`~backends.sim.site.SitePolicy`).
 
     Time limits are rounded up to whole minutes, as ``sbatch --time`` does.
     ``partition`` must be unset or the cluster's partition; ``account``, ``qos``
@@ -154,8 +93,8 @@ class MockSlurm:
         model: QueueModel | str = QueueModel.SITE,
     ) -> MockSlurm:
         """A cluster under replayed trace load (HPC2N, KTH, CTC or an SWF path), see
-        :class:`~backends.workload.TraceReplay`, under ``model``'s site policy; the cluster
-        defaults to the trace's (:meth:`~backends.workload.TraceReplay.default_cluster`)."""
+        :class:`~backends.sim.workload.TraceReplay`, under ``model``'s site policy; the cluster
+        defaults to the trace's (:meth:`~backends.sim.workload.TraceReplay.default_cluster`)."""
         log = trace if isinstance(trace, SwfTrace) else load_trace(trace)
         load = TraceReplay(
             log,

@@ -37,7 +37,7 @@ import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 import psutil
 
@@ -46,12 +46,9 @@ from backends.base import (
     JobInfo,
     JobState,
     PilotRequest,
-    RemoteOptions,
-    RunSite,
     SubmitError,
     WorkerLaunch,
     WorkerPlace,
-    Workers,
     dependency_status,
     node_share,
 )
@@ -66,22 +63,6 @@ DRAIN_FRACTION = 0.1
 most the worker's default minute), so that short local pilots still get work."""
 
 Stop = Literal["release", "cancel", "timeout"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LocalOptions(RemoteOptions):
-    """Pilots as processes on this machine, workers connecting to this process."""
-
-    name: ClassVar[str] = "local"
-    workers: ClassVar[Workers] = Workers.THIS_HOST
-
-    oversubscribe: bool = False
-    """Let a pilot ask for more cores than this machine has."""
-
-    def open(self, site: RunSite) -> LocalBackend:
-        if site.launch is None:
-            raise ValueError("local pilots need a worker launch")
-        return LocalBackend(site.launch, site.run_dir, oversubscribe=self.oversubscribe)
 
 
 def this_machine(work_dir: Path) -> Resources:

@@ -26,7 +26,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from backends.swf import RecordedSchedule, SwfTrace
+from backends.sim.swf import RecordedSchedule, SwfTrace
 
 DAY = 86400.0
 CANCELLED = 5  # SWF status of a cancelled job
