@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import clock
 from backends.base import (
     Dependency,
     JobInfo,
@@ -155,12 +156,13 @@ async def output_shows(jobs: Jobs, name: str, job_id: str, text: str, timeout: f
 
 async def test_pilot_runs_one_worker_and_release_completes_it(jobs):
     request = jobs.request("pilot", cores=3, memory_mb=1500)
+    asked = clock.now()
     job_id = await jobs.backend.submit(request)
 
     running = await jobs.state(job_id, JobState.RUNNING)
     host = running.nodes[0].node
     assert running.nodes == (NodeShare(host, cores=3, memory_mb=1500),)
-    assert running.submit_time <= running.eligible_time <= running.start_time
+    assert asked <= running.submit_time <= running.eligible_time <= running.start_time
     assert 0 <= running.wait < 10
     share = f"NodeShare(node='{host}', cores=3, memory_mb=1500)"
     assert await output_shows(jobs, request.name, job_id, share)

@@ -15,6 +15,7 @@ import pytest
 from backends import clock
 from backends.base import Dependency, JobState, NodeShare, PilotRequest, SubmitError
 from backends.slurm.jobs import (
+    JobRecord,
     NodeSize,
     SlurmOutputError,
     SlurmReportedError,
@@ -391,3 +392,14 @@ def test_sinfo_gives_the_largest_node_of_the_partitions_asked():
 def test_sinfo_output_of_another_shape_is_an_error():
     with pytest.raises(SlurmOutputError, match="expected CPUs, memory and disk"):
         parse_sinfo_nodes("debug* 16 lots 0\n", {None})
+
+
+def test_a_jobs_whole_second_times_are_not_before_we_submitted_it():
+    """Slurm cuts times down to whole seconds: a job submitted at x.7 s reports x; the
+    backend knows better, having asked at x.7 s."""
+    record = JobRecord(
+        "7", JobState.RUNNING, submit_time=100.0, eligible_time=100.0, start_time=101.0
+    )
+    later = record.not_before(100.7)
+    assert (later.submit_time, later.eligible_time, later.start_time) == (100.7, 100.7, 101.0)
+    assert later.end_time is None and record.not_before(None) is record

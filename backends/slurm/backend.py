@@ -150,6 +150,8 @@ class SlurmBackend:
         self._known: set[str] = set()
         self._active: dict[str, None] = {}  # an ordered set: updates come in submission order
         self._records: dict[str, JobRecord] = {}
+        self._submitted: dict[str, float] = {}
+        """Unix time we asked for each job: Slurm's times, whole seconds, are not earlier."""
         self._releases: dict[str, _Release] = {}
         self._submitting: set[tuple[str, str]] = set()
         self._updates: asyncio.Queue[JobInfo | None] = asyncio.Queue()
@@ -163,10 +165,12 @@ class SlurmBackend:
         if key in self._submitting:
             raise SubmitError(f"pilot {request.name!r} is being submitted already", "--job-name")
         self._submitting.add(key)
+        asked = clock.epoch_now()
         try:
             job_id = await self._submit(request, args, script)
         finally:
             self._submitting.discard(key)
+        self._submitted[job_id] = asked
         self._track(job_id)
         return job_id
 
@@ -232,6 +236,7 @@ class SlurmBackend:
                 return None
             else:
                 await clock.sleep(self.poll_interval_s)
+        self._submitted[job_id] = submitted
         self._track(job_id)
         return job_id
 
@@ -342,6 +347,7 @@ class SlurmBackend:
         await self._follow_releases()
 
     def _observe(self, record: JobRecord) -> None:
+        record = record.not_before(self._submitted.get(record.job_id))
         if record.job_id not in self._active or self._records.get(record.job_id) == record:
             return
         self._records[record.job_id] = record
@@ -375,6 +381,7 @@ class SlurmBackend:
         record = await self._retrying(f"state of job {job_id}", lookup)
         if record is None:
             raise LookupError(f"Slurm knows no job {job_id}")
+        record = record.not_before(self._submitted.get(job_id))
         self._observe(record)
         return record
 

@@ -90,6 +90,23 @@ class JobRecord:
             nodes=self.nodes,
         )
 
+    def not_before(self, moment: float | None) -> JobRecord:
+        """This job with no time before ``moment``, when we submitted it: Slurm's times are
+        whole seconds, cut down (a job submitted at x.7 s reports x)."""
+        if moment is None:
+            return self
+
+        def at_least(t: float | None) -> float | None:
+            return None if t is None else max(t, moment)
+
+        return replace(
+            self,
+            submit_time=at_least(self.submit_time),
+            eligible_time=at_least(self.eligible_time),
+            start_time=at_least(self.start_time),
+            end_time=at_least(self.end_time),
+        )
+
     def vanished(self) -> JobRecord:
         """This job after slurmctld forgot it before we saw it end: its outcome is unknown."""
         return replace(self, state=JobState.FAILED, reason="NotFound", nodes=())
