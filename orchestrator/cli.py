@@ -33,6 +33,7 @@ from orchestrator.agent import worker as agent
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
+from orchestrator.elastic import DEFAULT_COST
 from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import (
@@ -126,7 +127,10 @@ def _choice(value: str, choices: Sequence[str], what: str) -> str:
 
 
 Trace = Annotated[
-    str | None, typer.Option(help="Mock background load: HPC2N, KTH, CTC or an SWF file.")
+    str | None,
+    typer.Option(
+        help="Mock background load: HPC2N, KTH, CTC or an SWF file; none: synthetic load (--load)."
+    ),
 ]
 Load = Annotated[
     float, typer.Option("--load", help="Mock synthetic utilisation without --trace (0: idle).")
@@ -170,6 +174,15 @@ IdleCancel = Annotated[
         help="asa-naive: cancel and resubmit a pilot that would idle longer than this (s).",
     ),
 ]
+Cost = Annotated[
+    float,
+    typer.Option(
+        "--cost",
+        help="elastic: the seconds of makespan one core-hour is worth (lambda in makespan + "
+        "lambda x core-hours); 0 holds every pilot to the end, larger gives idle nodes back "
+        "sooner.",
+    ),
+]
 Offset = Annotated[float | None, typer.Option(help="Mock trace offset in seconds from its start.")]
 LearnerScope = Annotated[
     str | None,
@@ -204,6 +217,12 @@ def _idle_cancel(seconds: float) -> float:
     return seconds
 
 
+def _cost(seconds: float) -> float:
+    if not seconds >= 0:
+        fail(f"--cost {seconds:g}: expected seconds of makespan per core-hour, 0 or more")
+    return seconds
+
+
 def _wait_estimate(text: str) -> str:
     if text in ("auto", "sample"):
         return text
@@ -225,7 +244,9 @@ def _mock(
     offset: float | None,
     seed: int,
 ) -> MockOptions:
-    if trace is not None and trace.upper() in TRACES:
+    if trace is not None and trace.lower() == "none":
+        trace = None
+    elif trace is not None and trace.upper() in TRACES:
         trace = trace.upper()
     elif trace is not None and not Path(trace).exists():
         fail(f"--trace {trace}: not one of {', '.join(TRACES)} and no such file")
@@ -292,6 +313,7 @@ def run(
     wait_estimate: WaitEstimate = "auto",
     share: Share = True,
     idle_cancel: IdleCancel = 600.0,
+    cost: Cost = DEFAULT_COST,
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -391,6 +413,7 @@ def run(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
+        cost=_cost(cost),
         workdir=workdir,
         learner_scope=learner_scope,
         **_sizer(sizer),
@@ -811,6 +834,7 @@ def compare(
     ] = 3600.0,
     share: Share = True,
     idle_cancel: IdleCancel = 600.0,
+    cost: Cost = DEFAULT_COST,
     seed: Seed = 0,
     db: Annotated[
         Path | None,
@@ -845,9 +869,12 @@ def compare(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
+        cost=_cost(cost),
         backend=_mock(trace, load_, trace_load, cluster, priority, queue_model, None, seed),
         **_sizer(sizer),
     )
+    mock = config.backend
+    assert isinstance(mock, MockOptions)
     live = not (quiet or json_)
 
     async def main():
@@ -880,7 +907,7 @@ def compare(
             "strategies": ", ".join(chosen),
             "scales (cores)": ", ".join(map(str, cores)),
             "runs": str(runs),
-            "queue": f"{trace} replayed" if trace else f"synthetic load {load_:g}",
+            "queue": f"{mock.trace} replayed" if mock.trace else f"synthetic load {load_:g}",
             "queue order": f"by {priority} time",
             "seed": str(seed),
         }
