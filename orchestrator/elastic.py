@@ -47,8 +47,14 @@ from orchestrator.planner import (
 )
 from workflows.spec import Allocation
 
-DEFAULT_COST = 300.0
+DEFAULT_COST = 3000.0
 """lambda, in seconds of makespan a core-hour is worth (see docs/elastic.md for the curve)."""
+
+CHURN_S = 60.0
+"""A unit is given back for a gap only if the gap is longer than this: one given back and
+acquired again sooner saves less than a new pilot's start costs (its workers joining, the
+scheduler's cycle), and a certain wait of zero would otherwise have it go and come back
+forever."""
 
 WaitLaw = Callable[[Allocation], Sequence[tuple[float, float]]]
 """The learned distribution of an allocation's queue wait: (wait in seconds, probability)."""
@@ -207,7 +213,10 @@ class Elastic:
             if width <= have:
                 continue
             serves = [stages[s] for s in profile.stages_from(t)]
-            for cores in split(have, width, profile.levels(t), int(self.node.cores)):
+            # The widest first: in a FIFO queue a narrow unit must not take a core of the hole
+            # the wide one waits for.
+            cuts = split(have, width, profile.levels(t), int(self.node.cores))
+            for cores in sorted(cuts, reverse=True):
                 allocation = self._unit(cores, serves, limit)
                 ahead = lead(self.law(allocation), self._k(cores))
                 due = t - ahead
@@ -263,7 +272,7 @@ class Elastic:
             a, b = points[gap], points[again]
             hold = k * (b - a)
             anew = acquire_cost(law, k, min(lead(law, k), b - now))
-            if anew < hold:
+            if anew < hold and b - a > CHURN_S:
                 return Fate(
                     a,
                     f"idle until {offset(b)}: released (holding it costs {duration(hold)} "
