@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from backends import clock
+from backends.base import SubmitError as Refused
 from learners.resources import Resources
 from orchestrator.human import duration, offset
 from orchestrator.planner import (
@@ -174,7 +175,15 @@ class Elastic:
     name: str = "elastic"
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
-        """A unit of each stage's width, at most a node, and a node's: what it may submit."""
+        """A unit of each stage's width, at most a node, and a node's: what it may submit.
+        Every unit serves every stage, so the stages must agree on where their pilots go."""
+        places = {(v.allocation.partition, v.allocation.account, v.allocation.qos) for v in stages}
+        if len(places) > 1:
+            raise Refused(
+                "elastic serves every stage from the same pilots, but the stages ask for "
+                "different partitions, accounts or QOS: choose another --strategy",
+                "partition",
+            )
         limit = longest_path(stages)
         sizes = {min(v.allocation.cores, int(self.node.cores)) for v in stages}
         sizes.add(int(self.node.cores))

@@ -685,7 +685,12 @@ class Engine:
         """Ask the backend about every pilot the planner may submit, and check that every
         stage's tasks fit its nodes, before submitting anything."""
         views = [self._stage_view_now(s) for s in self.stages.values()]
-        for i, pilot in enumerate(self.planner.allocations(views)):
+        try:
+            pilots = self.planner.allocations(views)
+        except SubmitError as e:
+            where = self.workflow.source or self.workflow.name
+            raise Refused(f"{where}: {e}; nothing was submitted", e.option) from e
+        for i, pilot in enumerate(pilots):
             try:
                 await self.backend.check(self._request(f"check-{i}", pilot.allocation, ()))
             except SubmitError as e:

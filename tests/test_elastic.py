@@ -11,6 +11,7 @@ from backends.mock import MockOptions
 from backends.workload import ClusterSpec
 from learners.resources import Resources
 from orchestrator.elastic import Elastic, Profile, Span, acquire_cost, lead, split
+from orchestrator.engine import Refused
 from orchestrator.planner import Cancel, Phase, PilotView, Release, StageView, Submit
 from orchestrator.session import RunConfig, run_simulated
 from workflows.spec import Allocation, loads
@@ -199,3 +200,21 @@ def test_idle_nodes_go_back_while_the_stage_s_tail_still_runs():
     ends = sorted(p.end_t for p in summary.pilots if p.cores > 1)
     assert len(ends) == 2
     assert ends[0] < wide.end_t - 1  # released while the wide stage still ran
+
+
+def test_stages_on_different_partitions_are_refused_before_anything_is_submitted():
+    split_places = loads(
+        """
+        name = "places"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 2, partition = "batch", time = "1h" }
+        tasks = { command = "true", count = 2, cores = 1, memory = "1G", disk = "1G" }
+        [[stage]]
+        name = "b"
+        allocation = { cores = 2, partition = "gpu", time = "1h" }
+        tasks = { command = "true", count = 2, cores = 1, memory = "1G", disk = "1G" }
+        """
+    )
+    with pytest.raises(Refused, match=r"different partitions.*nothing was submitted"):
+        run_simulated(split_places, RunConfig(strategy="elastic", backend=IDLE))
