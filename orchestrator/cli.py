@@ -811,8 +811,9 @@ def compare(
         str, typer.Option(help="Only mock: comparisons need a replayable queue.")
     ] = "mock",
     strategies: Annotated[
-        str, typer.Option(help="Comma-separated strategies to compare.")
-    ] = ",".join(STRATEGIES),
+        str,
+        typer.Option(help="Comma-separated strategies to compare (elastic-oracle only if named)."),
+    ] = ",".join(s for s in STRATEGIES if s != "elastic-oracle"),
     scales: Annotated[
         str, typer.Option(help="Comma-separated scaling factors (cores).")
     ] = "28,56,112",

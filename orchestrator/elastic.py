@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from backends import clock
-from backends.base import SubmitError as Refused
+from backends.base import SubmitError
 from learners.resources import Resources
 from orchestrator.human import duration, offset
 from orchestrator.planner import (
@@ -175,20 +175,21 @@ class Elastic:
     name: str = "elastic"
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
-        """A unit of each stage's width, at most a node, and a node's: what it may submit.
-        Every unit serves every stage, so the stages must agree on where their pilots go."""
+        """Each stage's unit as wide as it or a node, with its memory: what may be submitted
+        (a refusal names the stage). Every unit serves every stage, so the stages must agree
+        on where their pilots go."""
         places = {(v.allocation.partition, v.allocation.account, v.allocation.qos) for v in stages}
         if len(places) > 1:
-            raise Refused(
+            raise SubmitError(
                 "elastic serves every stage from the same pilots, but the stages ask for "
                 "different partitions, accounts or QOS: choose another --strategy",
                 "partition",
             )
         limit = longest_path(stages)
-        sizes = {min(v.allocation.cores, int(self.node.cores)) for v in stages}
-        sizes.add(int(self.node.cores))
-        names = tuple(v.name for v in stages)
-        return [Submit(names, self._unit(c, list(stages), limit)) for c in sorted(sizes)]
+        node = int(self.node.cores)
+        return [
+            Submit((v.name,), self._unit(min(v.allocation.cores, node), [v], limit)) for v in stages
+        ]
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
@@ -199,9 +200,9 @@ class Elastic:
         profile = Profile.of(now, self._spans(now, stages))
         actions: list[Submit | Cancel | Release] = []
         notes: list[str] = []
+        # (until when, cores) of the units kept: a unit is let go where its width is next not
+        # needed and holding it through that gap costs more than acquiring it again.
         kept: list[tuple[float, int]] = []
-        """(until when, cores) of the units kept: a unit is let go where its width is next
-        not needed and holding it through that gap costs more than acquiring it again."""
         base = 0
         for unit in sorted(pilots, key=_coverage_order):
             fate = self._fate(unit, base, profile, now)
@@ -315,7 +316,7 @@ class Elastic:
         """A unit of ``cores`` for the stages it serves, with the time limit of the longest
         chain left. Its memory is the most any of them gives that many cores (a stage that
         leaves memory to the default counts a node's share); it leaves memory to the default
-        where they all do."""
+        where they all do. A stage whose allocation fits a node's memory gives a unit no more."""
         widest = max(serves, key=lambda v: v.allocation.cores).allocation
         memory: float | None = None
         if any(v.allocation.memory_mb is not None for v in serves):
@@ -326,7 +327,7 @@ class Elastic:
                 / a.cores
                 for a in (v.allocation for v in serves)
             )
-            memory = math.floor(min(memory, node.memory))
+            memory = math.floor(memory)
         return replace(widest, cores=cores, nodes=None, memory_mb=memory, time_limit_s=limit)
 
 
