@@ -20,8 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from backends import clock
-from backends.mock import MockOptions
-from backends.workload import ClusterSpec
+from backends.sim import MockOptions
+from backends.sim.workload import ClusterSpec
 from orchestrator.compare import Row, compare
 from orchestrator.session import RunConfig
 from orchestrator.store import Store

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from backends.mock import MockOptions
-from backends.workload import ClusterSpec
+from backends.sim import MockOptions
+from backends.sim.workload import ClusterSpec
 from learners.resources import Resources
 from orchestrator.elastic import Elastic, Profile, Span, acquire_cost, lead, split
 from orchestrator.engine import Refused
