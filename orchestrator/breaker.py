@@ -1,7 +1,7 @@
 """The circuit breaker: a stage whose pilots keep failing stops the run.
 
 A pilot fails when it ends, without the run having released it, having done nothing for
-its stages: it ended before any of its workers joined (a node that cannot run the worker,
+any of its stages: it ended before any of its workers joined (a node that cannot run the worker,
 a file system that refuses the pilot's log, a script the batch system kills at once), or
 no task of its stages finished while it ran (tasks that outlast the pilot's time limit).
 The planner would submit a replacement every time, forever; the breaker counts failures
@@ -44,9 +44,12 @@ class Breaker:
         reason: str,
     ) -> str | None:
         """A pilot ended. ``done``: the tasks each of its stages has done by now; ``joined``:
-        a worker of it joined; ``released``: the run ended it. Returns why to stop, or None."""
+        a worker of it joined; ``released``: the run ended it. Returns why to stop, or None.
+
+        A pilot that serves several stages (a big job, an elastic unit) was useful if a task
+        of any of them finished: one of its later stages cannot have begun while it ran."""
+        useful = joined and any(count > self._done.get(s, 0) for s, count in done.items())
         for stage, count in done.items():
-            useful = joined and count > self._done.get(stage, 0)
             self._done[stage] = count
             if useful:
                 self._streak[stage] = 0

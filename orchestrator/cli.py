@@ -31,6 +31,7 @@ from orchestrator.backend_flags import Options
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
+from orchestrator.elastic import DEFAULT_COST
 from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import (
@@ -143,6 +144,15 @@ IdleCancel = Annotated[
         help="asa-naive: cancel and resubmit a pilot that would idle longer than this (s).",
     ),
 ]
+Cost = Annotated[
+    float,
+    typer.Option(
+        "--cost",
+        help="elastic: the seconds of makespan one core-hour is worth (lambda in makespan + "
+        "lambda x core-hours); 0 holds every pilot to the end, larger gives idle nodes back "
+        "sooner.",
+    ),
+]
 LearnerScope = Annotated[
     str | None,
     typer.Option(
@@ -173,6 +183,12 @@ def _sizer(name: str | None) -> dict[str, str]:
 def _idle_cancel(seconds: float) -> float:
     if not seconds > 0:
         fail(f"--idle-cancel {seconds:g}: expected a positive number of seconds")
+    return seconds
+
+
+def _cost(seconds: float) -> float:
+    if not seconds >= 0:
+        fail(f"--cost {seconds:g}: expected seconds of makespan per core-hour, 0 or more")
     return seconds
 
 
@@ -218,6 +234,7 @@ def run(
     wait_estimate: WaitEstimate = "auto",
     share: Share = True,
     idle_cancel: IdleCancel = 600.0,
+    cost: Cost = DEFAULT_COST,
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -257,6 +274,7 @@ def run(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
+        cost=_cost(cost),
         workdir=workdir,
         learner_scope=learner_scope,
         **_sizer(sizer),
@@ -660,8 +678,9 @@ def compare(
         str, typer.Option(help="Only mock: comparisons need a replayable queue.")
     ] = "mock",
     strategies: Annotated[
-        str, typer.Option(help="Comma-separated strategies to compare.")
-    ] = ",".join(STRATEGIES),
+        str,
+        typer.Option(help="Comma-separated strategies to compare (elastic-oracle only if named)."),
+    ] = ",".join(s for s in STRATEGIES if s != "elastic-oracle"),
     scales: Annotated[
         str, typer.Option(help="Comma-separated scaling factors (cores).")
     ] = "28,56,112",
@@ -677,6 +696,7 @@ def compare(
     ] = 3600.0,
     share: Share = True,
     idle_cancel: IdleCancel = 600.0,
+    cost: Cost = DEFAULT_COST,
     seed: Seed = 0,
     db: Annotated[
         Path | None,
@@ -713,9 +733,12 @@ def compare(
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
         idle_cancel_s=_idle_cancel(idle_cancel),
+        cost=_cost(cost),
         backend=mock,
         **_sizer(sizer),
     )
+    mock = config.backend
+    assert isinstance(mock, MockOptions)
     live = not (quiet or json_)
 
     async def main():

@@ -33,7 +33,7 @@ from orchestrator.agent import footprint
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
 from orchestrator.breaker import Breaker
 from orchestrator.forecast import Durations, forecast_end
-from orchestrator.planner import Cancel, Phase, PilotView, Planner, StageView, Submit
+from orchestrator.planner import Cancel, Phase, PilotView, Planner, Release, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
 from orchestrator.runs import HEARTBEAT_S, Manager, SavedRun
 from orchestrator.sizing_state import SizingState
@@ -466,8 +466,8 @@ class Engine:
         for action in plan.actions:
             if isinstance(action, Submit):
                 await self._submit(action)
-            elif isinstance(action, Cancel):
-                await self._cancel(action)
+            else:
+                await self._let_go(action)
         await self._release_finished_pilots()
         starts = self._place()
         await self._write_ahead()
@@ -574,9 +574,21 @@ class Engine:
                 s.ready_t,
                 ends.get(name),
                 functools.partial(self._demand, s) if s.spec.allocation.auto else None,
+                self._width(s),
             )
             for name, s in self.stages.items()
         }
+
+    @staticmethod
+    def _width(stage: StageRun) -> int:
+        """The cores the stage's tasks not done yet can use at once, at most its allocation's:
+        each as large as its latest attempt, or as declared."""
+        left = len(stage.tasks) - stage.done
+        if stage.last_allocation is not None:
+            each = stage.last_allocation.cores
+        else:
+            each = stage.tasks[0].task.declared.get("cores", 1.0) if stage.tasks else 1.0
+        return min(stage.spec.allocation.cores, math.ceil(left * each))
 
     def _demand(self, stage: StageRun) -> autoalloc.Demand:
         left = len(stage.tasks) - stage.done
@@ -648,6 +660,7 @@ class Engine:
                 p.state == JobState.RUNNING,
                 self.pool.busy(p.pilot_id),
                 p.info.wait if p.info else None,
+                p.allocation,
             )
             for p in self.pilots.values()
             if p.live and not p.released
@@ -672,7 +685,12 @@ class Engine:
         """Ask the backend about every pilot the planner may submit, and check that every
         stage's tasks fit its nodes, before submitting anything."""
         views = [self._stage_view_now(s) for s in self.stages.values()]
-        for i, pilot in enumerate(self.planner.allocations(views)):
+        try:
+            pilots = self.planner.allocations(views)
+        except SubmitError as e:
+            where = self.workflow.source or self.workflow.name
+            raise Refused(f"{where}: {e}; nothing was submitted", e.option) from e
+        for i, pilot in enumerate(pilots):
             try:
                 await self.backend.check(self._request(f"check-{i}", pilot.allocation, ()))
             except SubmitError as e:
@@ -728,12 +746,18 @@ class Engine:
             "pilots", {"run_id": self.run_id, "pilot_id": pilot_id}, job_id=pilot.job_id
         )
 
-    async def _cancel(self, action: Cancel) -> None:
+    async def _let_go(self, action: Cancel | Release) -> None:
+        """Cancel a pilot, or give back a running one no task runs on (its job ends as the
+        run's release, not as a cancellation)."""
         pilot = self.pilots[action.pilot_id]
         pilot.released = True
         self.pool.drain(pilot.pilot_id)
         self._note(f"pilot {pilot.pilot_id}: {action.why}")
-        if pilot.job_id is not None:
+        if pilot.job_id is None:
+            return
+        if isinstance(action, Release):
+            await self.backend.release(pilot.job_id)
+        else:
             await self.backend.cancel(pilot.job_id)
 
     async def _release_finished_pilots(self) -> None:

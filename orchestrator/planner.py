@@ -11,6 +11,8 @@ submissions and cancellations, plus the time it next wants to be asked.
 - ``asa-naive``: the same without a dependency; an early pilot that would idle
   longer than a threshold is cancelled and submitted again.
 - ``oracle``: like ``asa``, but the wait is the simulator's true answer.
+- ``elastic``: pilots of a node or less, held across stage boundaries, released early and
+  acquired ahead without a dependency, by a cost (``orchestrator.elastic``).
 
 A stage whose allocation is automatic (``allocation = "auto"``) gets its pilot's
 geometry and time limit chosen when the planner first plans that pilot
@@ -25,6 +27,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from learners.queue_wait import Prediction
+from learners.resources import Resources
 from orchestrator.autoalloc import Demand, Fit, Node, choose, fitted
 from orchestrator.human import duration, offset
 from workflows.spec import Allocation
@@ -55,6 +58,8 @@ class StageView:
     forecast_end: float | None = None
     demand: Callable[[], Demand] | None = None
     """What the stage still has to run, for an automatic allocation (None: hand-written)."""
+    width: int = 0
+    """The cores its tasks not done yet can use at once, at most its allocation's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,11 @@ class PilotView:
     """Some worker of the pilot is running an attempt."""
     wait: float | None = None
     """Its queue wait, once it started."""
+    allocation: Allocation | None = None
+
+    @property
+    def cores(self) -> int:
+        return 0 if self.allocation is None else self.allocation.cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +99,16 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """Give back a running pilot no task runs on: its nodes go back to the cluster."""
+
+    pilot_id: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
-    actions: tuple[Submit | Cancel, ...] = ()
+    actions: tuple[Submit | Cancel | Release, ...] = ()
     wake_at: float | None = None
     notes: tuple[str, ...] = ()
     """The decisions in words, for the dashboard and the log."""
@@ -190,9 +208,7 @@ class BigJob:
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
         names = tuple(v.name for v in stages)
-        return [
-            Submit(names, big_allocation([v.allocation for v in stages], _longest_path(stages)))
-        ]
+        return [Submit(names, big_allocation([v.allocation for v in stages], longest_path(stages)))]
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
@@ -200,7 +216,7 @@ class BigJob:
         if not _unserved(stages, pilots):
             return Plan()
         remaining = [v for v in stages.values() if v.phase.open]
-        allocation = big_allocation([v.allocation for v in remaining], _longest_path(remaining))
+        allocation = big_allocation([v.allocation for v in remaining], longest_path(remaining))
         names = tuple(v.name for v in remaining)
         return Plan(
             (Submit(names, allocation),),
@@ -220,7 +236,7 @@ def big_allocation(allocations: Sequence[Allocation], time_limit_s: float) -> Al
     return replace(widest, memory_mb=most, time_limit_s=time_limit_s)
 
 
-def _longest_path(stages: Sequence[StageView]) -> float:
+def longest_path(stages: Sequence[StageView]) -> float:
     """Sum of time limits along the longest chain of ``after``: the big job's time limit."""
     limit = {v.name: v.allocation.time_limit_s for v in stages}
     memo: dict[str, float] = {}
@@ -408,7 +424,7 @@ class Oracle(Asa):
         return self._predictions[view.name]
 
 
-STRATEGIES = ("bigjob", "per-stage", "asa", "asa-naive", "oracle")
+STRATEGIES = ("bigjob", "per-stage", "asa", "asa-naive", "oracle", "elastic", "elastic-oracle")
 
 
 def make_planner(
@@ -418,9 +434,14 @@ def make_planner(
     true_wait: TrueWait | None = None,
     idle_cancel_s: float = 600.0,
     fit: AutoFit | None = None,
+    law: Callable[[Allocation], Sequence[tuple[float, float]]] | None = None,
+    node: Resources | None = None,
+    cost: float | None = None,
 ) -> Planner:
     """The planner for ``strategy`` (one of :data:`STRATEGIES`); ``fit`` chooses automatic
-    allocations (without it, or for ``bigjob``, they keep their fallback)."""
+    allocations (without it, or for ``bigjob`` and ``elastic``, they keep their fallback).
+    ``elastic`` plans with the learned wait distribution ``law``, on nodes like ``node``,
+    by ``cost`` (lambda: seconds of makespan a core-hour is worth; None: its default)."""
     if strategy == "bigjob":
         return BigJob()
     if strategy == "per-stage":
@@ -436,4 +457,17 @@ def make_planner(
         if true_wait is None:
             raise ValueError("strategy oracle needs the simulator's true waits (--backend mock)")
         return Oracle(lambda _: (0.0, None), true_wait=true_wait, fit=fit)
+    if strategy in ("elastic", "elastic-oracle"):
+        from orchestrator.elastic import DEFAULT_COST, Elastic, TrueLaw  # they build on this
+
+        if predict is None or law is None or node is None:
+            raise ValueError(f"strategy {strategy} needs a queue-wait learner and the node's size")
+        if strategy == "elastic-oracle":
+            if true_wait is None:
+                raise ValueError(
+                    "strategy elastic-oracle needs the simulator's true waits (--backend mock)"
+                )
+            law = TrueLaw(true_wait)
+        cost = DEFAULT_COST if cost is None else cost
+        return Elastic(predict, law, node, cost, name=strategy)
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")

@@ -30,6 +30,7 @@ from orchestrator import runs
 from orchestrator.agent import protocol
 from orchestrator.agent import worker as agent
 from orchestrator.autoalloc import Node, with_fallbacks
+from orchestrator.elastic import DEFAULT_COST
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
 from orchestrator.manager import Manager, host_address
 from orchestrator.planner import AutoFit, Planner, make_planner
@@ -69,6 +70,8 @@ class RunConfig:
     share: bool = True
     """Tasks may run on any pilot with room (the unified pool), not only their stage's."""
     idle_cancel_s: float = 600.0
+    cost: float = DEFAULT_COST
+    """elastic's lambda: the seconds of makespan a core-hour is worth."""
     learner_scope: str | None = None
     """Whose queue waits the learner learns and uses: by default the cluster's (its name on
     Slurm, this host locally, the simulated cluster and its load); a name shares one
@@ -333,6 +336,9 @@ async def _execute(
         true_wait=backend.true_wait,
         idle_cancel_s=config.idle_cancel_s,
         fit=AutoFit(shape, waits.outlook),
+        law=waits.law,
+        node=node,
+        cost=config.cost,
     )
     sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
     sizing = await SizingState.load(store, workflow.name, sizer)

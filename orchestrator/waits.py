@@ -89,6 +89,13 @@ class QueueWaits:
             self.learner.distribution(g, top=len(self.learner.grid)), self.estimate
         ), prediction
 
+    def law(self, allocation: Allocation) -> list[tuple[float, float]]:
+        """The learned distribution of ``allocation``'s wait, shortest first: (wait in
+        seconds, probability). It draws nothing (the elastic planner weighs costs by it)."""
+        g = geometry(allocation)
+        alternatives = self.learner.distribution(g, top=len(self.learner.grid))
+        return sorted((a.value, a.probability) for a in alternatives)
+
     def outlook(self, allocation: Allocation) -> float | None:
         """The wait ``allocation``'s geometry last had, None if it was never seen: what an
         automatic allocation weighs widths by. Unlike :meth:`predict` it draws nothing, so

@@ -188,3 +188,21 @@ def test_a_local_pilot_that_cannot_start_stops_the_run_with_its_reason(tmp_path)
     assert f"{IN_A_ROW} in a row" in summary.error
     assert "File name too long" in summary.error
     assert len(summary.pilots) == IN_A_ROW
+
+
+def test_a_pilot_of_several_stages_is_useful_if_one_of_them_progressed():
+    """An elastic unit or a big job serves stages in a row: its time ran out while the first
+    progressed and the second could not begin yet. That is no failure of the second."""
+    breaker = Breaker()
+    for i in range(2 * IN_A_ROW):
+        done = {"first": i + 1, "second": 0}
+        ended = breaker.ended(
+            done, joined=True, released=False, now=1000.0 * i, state="TIMEOUT", reason=""
+        )
+        assert ended is None
+    for i in range(IN_A_ROW):  # once the first stops progressing, the streak counts again
+        done = {"first": 2 * IN_A_ROW, "second": 0}
+        ended = breaker.ended(
+            done, joined=True, released=False, now=1e5 + 1000.0 * i, state="TIMEOUT", reason=""
+        )
+    assert ended is not None and ended.startswith(f"stage first: {IN_A_ROW} in a row")

@@ -22,8 +22,10 @@ from backends.sim.workload import ClusterSpec, SyntheticLoad, TraceReplay
 __all__ = ["MockOptions", "MockSlurm", "open"]
 
 
-def _trace(text: str) -> str:
-    """A built-in log's name, in any case, or the path of an SWF file."""
+def _trace(text: str) -> str | None:
+    """A built-in log's name, in any case, or the path of an SWF file; none: no log."""
+    if text.lower() == "none":
+        return None
     if text.upper() in BUILTIN_TRACES:
         return text.upper()
     if not Path(text).exists():
@@ -39,7 +41,9 @@ class MockOptions:
     workers: ClassVar[Workers] = Workers.SIMULATED
 
     trace: str | None = option(
-        None, "Mock background load: HPC2N, KTH, CTC or an SWF file.", parse=_trace
+        None,
+        "Mock background load: HPC2N, KTH, CTC or an SWF file; none: synthetic load (--load).",
+        parse=_trace,
     )
     """None for synthetic load."""
     load: float = option(0.7, "Mock synthetic utilisation without --trace (0: idle).")

@@ -1,0 +1,338 @@
+"""``elastic``: one allocation planned across stage boundaries, grown and shrunk a unit at a time.
+
+A *unit* is a pilot of one node, or of part of one. The width a run holds is a set of units, so
+growing it submits only the width added and shrinking it gives back a whole unit, a plain
+cancel of one job, while the others run on. Every unit serves every stage that runs while it
+lives (the pool lets a worker take any stage's task): a unit is reused across stage boundaries.
+
+From the stages' widths (what their remaining tasks can use at once, at most their
+allocation) and their forecast starts and ends, the planner draws the width the run needs over
+time, and on each pass
+
+- keeps the units that width needs now;
+- weighs, for each idle unit not needed now, holding it until it is needed next (its idle
+  core-hours) against releasing it and acquiring it again (the expected delay and early start
+  of a new one), by the cost ``makespan + lambda x core-hours``;
+- acquires ahead, with no dependency (so it ages in the queue under any priority), the width it
+  will need: a unit of ``c`` cores needed at ``t`` is submitted at ``t - L``, ``L`` the
+  quantile ``1 / (1 + lambda c / 3600)`` of its learned wait. That is the newsvendor's choice:
+  a second late costs a second of makespan, a second early ``lambda c / 3600``;
+- cancels pending units no longer needed.
+
+``lambda = 0`` holds everything from the start (Big Job's makespan); a large ``lambda``
+releases every idle unit and submits each when it is needed (Per-Stage's core-hours).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from backends import clock
+from backends.base import SubmitError
+from learners.resources import Resources
+from orchestrator.human import duration, offset
+from orchestrator.planner import (
+    DUE,
+    Cancel,
+    Phase,
+    PilotView,
+    Plan,
+    Release,
+    StageView,
+    Submit,
+    WaitPredictor,
+    longest_path,
+)
+from workflows.spec import Allocation
+
+DEFAULT_COST = 3000.0
+"""lambda, in seconds of makespan a core-hour is worth (see docs/elastic.md for the curve)."""
+
+CHURN_S = 60.0
+"""A unit is given back for a gap only if the gap is longer than this: one given back and
+acquired again sooner saves less than a new pilot's start costs (its workers joining, the
+scheduler's cycle), and a certain wait of zero would otherwise have it go and come back
+forever."""
+
+WaitLaw = Callable[[Allocation], Sequence[tuple[float, float]]]
+"""The learned distribution of an allocation's queue wait: (wait in seconds, probability)."""
+
+
+@dataclass
+class TrueLaw:
+    """The simulator's true wait as a certain law (``elastic-oracle``: what exact waits would
+    give). A what-if replay forks the simulator, so the wait of a unit's width is asked again
+    only when ``refresh_s`` of the run's time have passed."""
+
+    true_wait: Callable[[Allocation], float]
+    refresh_s: float = 300.0
+    clock: Callable[[], float] = clock.now
+    _known: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    def __call__(self, allocation: Allocation) -> list[tuple[float, float]]:
+        now = self.clock()
+        known = self._known.get(allocation.cores)
+        if known is None or now - known[0] >= self.refresh_s:
+            known = self._known[allocation.cores] = (now, self.true_wait(allocation))
+        return [(known[1], 1.0)]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A stage's width over the time it is forecast to run (``end`` inf: until the run ends)."""
+
+    stage: str
+    start: float
+    end: float
+    width: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The width the run needs over time, a step function of the stages' spans."""
+
+    spans: tuple[Span, ...]
+    points: tuple[float, ...]
+    """Where the width may change, from now on (now first)."""
+
+    @classmethod
+    def of(cls, now: float, spans: Sequence[Span]) -> Profile:
+        times = {now} | {t for s in spans for t in (s.start, s.end) if now < t < math.inf}
+        return cls(tuple(spans), tuple(sorted(times)))
+
+    def need(self, t: float) -> int:
+        return sum(s.width for s in self.spans if s.start <= t < s.end)
+
+    def first_above(self, cores: int) -> float:
+        """When the run first needs more than ``cores`` (inf: never)."""
+        return next((t for t in self.points if self.need(t) > cores), math.inf)
+
+    def levels(self, since: float) -> set[int]:
+        """The widths needed from ``since`` on: where a new width is cut into units, so that
+        each unit can be released where the width falls to its lower edge."""
+        return {self.need(t) for t in self.points if t >= since}
+
+    def stages_from(self, t: float) -> tuple[str, ...]:
+        """The stages running at ``t`` or later: those a unit needed at ``t`` serves."""
+        return tuple(s.stage for s in self.spans if s.end > t)
+
+
+def lead(law: Sequence[tuple[float, float]], k: float) -> float:
+    """How long before it is needed a unit is submitted: the ``1 / (1 + k)`` quantile of its
+    wait, ``k`` the cost of a second early relative to a second late."""
+    q = 1.0 / (1.0 + k)
+    cumulative = 0.0
+    for wait, p in law:
+        cumulative += p
+        if cumulative >= q - 1e-12:
+            return wait
+    return law[-1][0]
+
+
+def acquire_cost(law: Sequence[tuple[float, float]], k: float, lead_s: float) -> float:
+    """Expected cost (seconds of makespan) of a unit submitted ``lead_s`` before it is
+    needed: its delay where it waits longer, ``k`` per second it idles where it starts early."""
+    cost = 0.0
+    for wait, p in law:
+        if wait > lead_s:
+            cost += p * (wait - lead_s)
+        elif wait < lead_s:
+            cost += p * k * (lead_s - wait)
+    return cost
+
+
+def split(low: int, high: int, cuts: set[int], node_cores: int) -> list[int]:
+    """The units that grow a width from ``low`` to ``high`` cores: cut at ``cuts``, each at most
+    a node."""
+    edges = [low, *sorted(c for c in cuts if low < c < high), high]
+    units: list[int] = []
+    for a, b in itertools.pairwise(edges):
+        whole, rest = divmod(b - a, node_cores)
+        units += [node_cores] * whole + ([rest] if rest else [])
+    return units
+
+
+@dataclass(frozen=True, slots=True)
+class Fate:
+    """Until when a unit is kept, and why it goes then (or why it is held though idle)."""
+
+    until: float
+    why: str = ""
+    held: str | None = None
+
+
+@dataclass
+class Elastic:
+    """Units planned from the run's width over time, by ``cost`` = lambda (s per core-hour)."""
+
+    predict: WaitPredictor
+    law: WaitLaw
+    node: Resources
+    cost: float = DEFAULT_COST
+    name: str = "elastic"
+
+    def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
+        """Each stage's unit as wide as it or a node, with its memory: what may be submitted
+        (a refusal names the stage). Every unit serves every stage, so the stages must agree
+        on where their pilots go."""
+        places = {(v.allocation.partition, v.allocation.account, v.allocation.qos) for v in stages}
+        if len(places) > 1:
+            raise SubmitError(
+                "elastic serves every stage from the same pilots, but the stages ask for "
+                "different partitions, accounts or QOS: choose another --strategy",
+                "partition",
+            )
+        limit = longest_path(stages)
+        node = int(self.node.cores)
+        return [
+            Submit((v.name,), self._unit(min(v.allocation.cores, node), [v], limit)) for v in stages
+        ]
+
+    def decide(
+        self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> Plan:
+        open_ = [v for v in stages.values() if v.phase.open]
+        if not open_:
+            return Plan()
+        profile = Profile.of(now, self._spans(now, stages))
+        actions: list[Submit | Cancel | Release] = []
+        notes: list[str] = []
+        # (until when, cores) of the units kept: a unit is let go where its width is next not
+        # needed and holding it through that gap costs more than acquiring it again.
+        kept: list[tuple[float, int]] = []
+        base = 0
+        for unit in sorted(pilots, key=_coverage_order):
+            fate = self._fate(unit, base, profile, now)
+            if fate.until <= now + DUE and not unit.busy:
+                action = Release if unit.started else Cancel
+                actions.append(action(unit.pilot_id, fate.why))
+                continue
+            if fate.held is not None:
+                notes.append(f"pilot {unit.pilot_id}: {fate.held}")
+            base += unit.cores
+            kept.append((fate.until, unit.cores))
+        wake: list[float] = []
+        limit = longest_path(open_)
+        planned = 0
+        for t in profile.points:
+            width = profile.need(t)
+            have = planned + sum(c for until, c in kept if until > t or t <= now + DUE)
+            if width <= have:
+                continue
+            serves = [stages[s] for s in profile.stages_from(t)]
+            # The widest first: in a FIFO queue a narrow unit must not take a core of the hole
+            # the wide one waits for.
+            cuts = split(have, width, profile.levels(t), int(self.node.cores))
+            for cores in sorted(cuts, reverse=True):
+                allocation = self._unit(cores, serves, limit)
+                ahead = lead(self.law(allocation), self._k(cores))
+                due = t - ahead
+                if due > now + DUE:
+                    wake.append(due)
+                    notes.append(
+                        f"{cores} cores needed at {offset(t)}: submitting at {offset(due)} "
+                        f"({duration(ahead)} ahead)"
+                    )
+                    continue
+                _, prediction = self.predict(allocation)
+                actions.append(
+                    Submit(
+                        tuple(v.name for v in serves),
+                        allocation,
+                        predicted_wait=ahead,
+                        prediction=prediction,
+                    )
+                )
+                notes.append(
+                    f"{cores} cores needed at {offset(t)}: submitting now "
+                    f"(planned {duration(ahead)} ahead, no dependency)"
+                )
+            planned += width - have
+        return Plan(tuple(actions), min(wake, default=None), tuple(notes))
+
+    def _k(self, cores: int) -> float:
+        """The cost of a second of ``cores`` idle, in seconds of makespan."""
+        return self.cost * cores / 3600.0
+
+    def _fate(self, unit: PilotView, base: int, profile: Profile, now: float) -> Fate:
+        """Until when ``unit`` is kept, covering the width above ``base`` cores: through
+        every gap in which that width is not needed that is cheaper to hold than to acquire
+        again; a pending unit, while any width it covers is needed."""
+        points = profile.points
+        needed = [profile.need(t) > base for t in points]
+        if not unit.started:
+            if any(needed):
+                return Fate(math.inf)
+            return Fate(now, "pending, and no stage needs it: cancelled")
+        assert unit.allocation is not None  # every unit has one
+        k = self._k(unit.cores)
+        law = self.law(unit.allocation)
+        i = 0
+        held = None
+        while True:
+            gap = next((j for j in range(i, len(points)) if not needed[j]), None)
+            if gap is None:
+                return Fate(math.inf, held=held)
+            again = next((j for j in range(gap + 1, len(points)) if needed[j]), None)
+            if again is None:
+                return Fate(points[gap], "no stage needs it again: released")
+            a, b = points[gap], points[again]
+            hold = k * (b - a)
+            anew = acquire_cost(law, k, min(lead(law, k), b - now))
+            if anew < hold and b - a > CHURN_S:
+                return Fate(
+                    a,
+                    f"idle until {offset(b)}: released (holding it costs {duration(hold)} "
+                    f"of makespan, acquiring it again {duration(anew)})",
+                )
+            if gap == 0:
+                held = (
+                    f"idle until {offset(b)}, held (holding it costs {duration(hold)} of "
+                    f"makespan, acquiring it again {duration(anew)})"
+                )
+            i = again
+
+    def _spans(self, now: float, stages: Mapping[str, StageView]) -> list[Span]:
+        """Each open stage's width from its (forecast) start to its forecast end; a stage whose
+        start is not known yet is left out."""
+        spans = []
+        for view in stages.values():
+            if not view.phase.open:
+                continue
+            begin = now
+            if view.phase == Phase.WAITING:
+                ends = [stages[a].forecast_end for a in view.after if stages[a].phase.open]
+                if None in ends:
+                    continue
+                begin = max([now, *ends])  # type: ignore[list-item]
+            end = view.forecast_end if view.forecast_end is not None else math.inf
+            spans.append(Span(view.name, begin, max(end, begin), view.width))
+        return spans
+
+    def _unit(self, cores: int, serves: Sequence[StageView], limit: float) -> Allocation:
+        """A unit of ``cores`` for the stages it serves, with the time limit of the longest
+        chain left. Its memory is the most any of them gives that many cores (a stage that
+        leaves memory to the default counts a node's share); it leaves memory to the default
+        where they all do. A stage whose allocation fits a node's memory gives a unit no more."""
+        widest = max(serves, key=lambda v: v.allocation.cores).allocation
+        memory: float | None = None
+        if any(v.allocation.memory_mb is not None for v in serves):
+            node = self.node
+            memory = max(
+                (a.memory_mb if a.memory_mb is not None else node.memory * a.cores / node.cores)
+                * min(cores, a.cores)
+                / a.cores
+                for a in (v.allocation for v in serves)
+            )
+            memory = math.floor(memory)
+        return replace(widest, cores=cores, nodes=None, memory_mb=memory, time_limit_s=limit)
+
+
+def _coverage_order(unit: PilotView) -> tuple[bool, int, bool]:
+    """Which units cover the width first: running ones before pending ones, the smaller first
+    (a narrow width keeps a narrow unit, and a wide one goes once its tasks end), busy before
+    idle."""
+    return (not unit.started, unit.cores, not unit.busy)

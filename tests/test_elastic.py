@@ -1,0 +1,220 @@
+"""The elastic strategy: its cost arithmetic, its plans as pure decisions, and whole runs on
+the simulated cluster (reuse across a stage boundary, early release, no request for width
+already held)."""
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from backends.sim import MockOptions
+from backends.sim.workload import ClusterSpec
+from learners.resources import Resources
+from orchestrator.elastic import Elastic, Profile, Span, acquire_cost, lead, split
+from orchestrator.engine import Refused
+from orchestrator.planner import Cancel, Phase, PilotView, Release, StageView, Submit
+from orchestrator.session import RunConfig, run_simulated
+from workflows.spec import Allocation, loads
+
+NODE = Resources(cores=28, memory=128_000, disk=1_000_000)
+WIDE = Allocation(cores=28, time_limit_s=3600)
+NARROW = Allocation(cores=1, memory_mb=8000, time_limit_s=3600)
+
+
+def certain(wait):
+    """A law that knows the wait."""
+    return lambda allocation: [(wait, 1.0)]
+
+
+def planner(wait, cost=300.0):
+    return Elastic(lambda allocation: (wait, None), certain(wait), NODE, cost)
+
+
+def chain(*stages):
+    """Stages s0 -> s1 -> ... from (allocation, phase, width, forecast end)."""
+    views = {}
+    for i, (allocation, phase, width, end) in enumerate(stages):
+        after = (f"s{i - 1}",) if i else ()
+        views[f"s{i}"] = StageView(f"s{i}", after, allocation, phase, None, end, width=width)
+    return views
+
+
+def unit(pilot_id, cores, *, started=True, busy=False, allocation=WIDE):
+    return PilotView(pilot_id, (), started, busy, allocation=replace(allocation, cores=cores))
+
+
+def of(kind, plan):
+    return [a for a in plan.actions if isinstance(a, kind)]
+
+
+def test_the_lead_is_the_newsvendor_quantile_of_the_wait():
+    law = [(100.0, 0.25), (1000.0, 0.5), (5000.0, 0.25)]
+    assert lead(law, 0.0) == 5000.0  # idle costs nothing: never late
+    assert lead(law, 1.0) == 1000.0  # the median
+    assert lead(law, 100.0) == 100.0  # idle costs much: rather late than early
+    # At the lead, a second more or less changes the expected cost by about nothing.
+    assert acquire_cost(law, 1.0, 1000.0) <= acquire_cost(law, 1.0, 999.0)
+    assert acquire_cost(law, 1.0, 1000.0) <= acquire_cost(law, 1.0, 1001.0)
+    assert acquire_cost(law, 1.0, 1000.0) == pytest.approx(0.25 * 900 + 0.25 * 4000)
+
+
+def test_a_width_is_cut_where_the_need_falls_and_at_nodes():
+    assert split(0, 24, {24, 1}, 28) == [1, 23]
+    assert split(1, 56, {1, 56}, 28) == [28, 27]
+    assert split(0, 28, set(), 28) == [28]
+
+
+def test_the_profile_sums_the_widths_of_the_stages_running_at_once():
+    spans = [Span("a", 0, 100, 28), Span("b", 100, 300, 1), Span("c", 300, math.inf, 28)]
+    profile = Profile.of(0.0, spans)
+    assert [profile.need(t) for t in profile.points] == [28, 1, 28]
+    assert profile.first_above(1) == 0.0
+    assert profile.first_above(28) == math.inf
+    assert profile.stages_from(150) == ("b", "c")
+
+
+def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency():
+    stages = chain(
+        (NARROW, Phase.READY, 1, 1300.0),
+        (WIDE, Phase.WAITING, 28, 2500.0),
+        (NARROW, Phase.WAITING, 1, None),
+    )
+    plan = planner(wait=600.0).decide(0.0, stages, [])
+    (now,) = of(Submit, plan)
+    assert now.allocation.cores == 1 and now.after == ()
+    assert now.allocation.memory_mb == 8000  # the narrow stages' memory
+    # The 27 cores the second stage adds are due 600 s before it starts.
+    assert plan.wake_at == pytest.approx(1300.0 - 600.0)
+    later = planner(wait=600.0).decide(700.0, stages, [unit("u0", 1, allocation=NARROW)])
+    (added,) = of(Submit, later)
+    assert added.allocation.cores == 27 and added.after == ()
+    assert added.predicted_wait == 600.0
+
+
+def test_no_request_for_width_already_held():
+    stages = chain((WIDE, Phase.RUNNING, 28, 1000.0), (WIDE, Phase.WAITING, 28, None))
+    held = [unit("u0", 1), unit("u1", 27, busy=True)]
+    plan = planner(wait=600.0).decide(500.0, stages, held)
+    assert plan.actions == ()
+
+
+def test_an_idle_unit_is_held_through_a_gap_cheaper_than_acquiring_it_again():
+    """Between two wide stages, one 1-core stage of 1800 s: 27 idle cores for 1800 s cost
+    13.5 core-hours. A certain wait of 2 h makes acquiring them again cost 5,400 s of delay."""
+    stages = chain(
+        (WIDE, Phase.DONE, 0, None),
+        (NARROW, Phase.RUNNING, 1, 3000.0),
+        (WIDE, Phase.WAITING, 28, None),
+    )
+    held = [unit("u0", 1, busy=True, allocation=NARROW), unit("u1", 27)]
+    assert of(Release, planner(wait=7200.0, cost=300.0).decide(1200.0, stages, held)) == []
+    # At 600 s a core-hour, holding costs 8,100 s: releasing is cheaper.
+    (release,) = of(Release, planner(wait=7200.0, cost=600.0).decide(1200.0, stages, held))
+    assert release.pilot_id == "u1"
+    # A wait known to be short: release, and acquire again just in time.
+    plan = planner(wait=300.0).decide(1200.0, stages, held)
+    assert [r.pilot_id for r in of(Release, plan)] == ["u1"]
+    assert plan.wake_at == pytest.approx(3000.0 - 300.0)
+
+
+def test_a_unit_no_stage_needs_again_goes_and_a_pending_one_is_cancelled():
+    stages = chain((WIDE, Phase.DONE, 0, None), (NARROW, Phase.RUNNING, 1, None))
+    held = [
+        unit("u0", 1, busy=True),
+        unit("u1", 27),
+        unit("u2", 28, started=False),
+    ]
+    plan = planner(wait=0.0, cost=0.0).decide(10.0, stages, held)
+    assert [r.pilot_id for r in of(Release, plan)] == ["u1"]
+    assert [c.pilot_id for c in of(Cancel, plan)] == ["u2"]
+    assert of(Submit, plan) == []
+
+
+CLUSTER = ClusterSpec(nodes=4, cores_per_node=28, memory_per_node_mb=128000)
+IDLE = MockOptions(load=0, cluster=CLUSTER)
+
+THREE = loads(
+    """
+    name = "three"
+    [[stage]]
+    name = "first"
+    allocation = { cores = 28, time = "1h" }
+    tasks = { command = "true", count = 28, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "uniform(100, 600)" }
+    [[stage]]
+    name = "second"
+    allocation = { cores = 28, time = "1h" }
+    tasks = { command = "true", count = 28, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "normal(300, 10)" }
+    [[stage]]
+    name = "last"
+    allocation = { cores = 1, time = "1h" }
+    tasks = { command = "true", count = 1, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "1000" }
+    """
+)
+
+
+def test_a_run_reuses_its_pilots_across_a_boundary_and_gives_back_what_the_tail_frees():
+    """The second stage runs on the pilots of the first (none is submitted for it); the
+    wide pilot goes as soon as the last stage, one core wide, is all that is left."""
+    summary = run_simulated(THREE, RunConfig(strategy="elastic", backend=IDLE))
+    assert summary.status == "done", summary.error
+    pilots = {p.pilot_id: p for p in summary.pilots}
+    assert sorted(p.cores for p in pilots.values()) == [1, 27]
+    assert all(p.submit_t == 0 for p in pilots.values())  # none for the second stage
+    first, second, last = summary.stages
+    assert second.start_t == pytest.approx(first.end_t)
+    (wide,) = [p for p in pilots.values() if p.cores == 27]
+    (narrow,) = [p for p in pilots.values() if p.cores == 1]
+    assert wide.end_t == pytest.approx(second.end_t, abs=1)  # released when its stages end
+    assert narrow.end_t == pytest.approx(last.end_t, abs=1)
+    assert summary.makespan_s == pytest.approx(last.end_t)
+    # On an idle cluster, Per-Stage's pilots start at once: holding across the boundary
+    # costs nothing more.
+    per_stage = run_simulated(THREE, RunConfig(strategy="per-stage", backend=IDLE))
+    assert summary.core_hours == pytest.approx(per_stage.core_hours)
+
+
+def test_idle_nodes_go_back_while_the_stage_s_tail_still_runs():
+    """Two nodes' worth of tasks, ending at widely spread times, then one 1-core stage: a
+    pilot whose tasks all ended goes back before the stage's last task ends."""
+    tail = loads(
+        """
+        name = "tail"
+        [[stage]]
+        name = "wide"
+        allocation = { cores = 56, time = "1h" }
+        tasks = { command = "true", count = 56, cores = 1, memory = "1G", disk = "1G" }
+        simulate = { duration = "uniform(60, 1200)" }
+        [[stage]]
+        name = "narrow"
+        allocation = { cores = 1, time = "1h" }
+        tasks = { command = "true", count = 1, cores = 1, memory = "1G", disk = "1G" }
+        simulate = { duration = "100" }
+        """
+    )
+    summary = run_simulated(tail, RunConfig(strategy="elastic", backend=IDLE))
+    assert summary.status == "done", summary.error
+    wide = summary.stages[0]
+    ends = sorted(p.end_t for p in summary.pilots if p.cores > 1)
+    assert len(ends) == 2
+    assert ends[0] < wide.end_t - 1  # released while the wide stage still ran
+
+
+def test_stages_on_different_partitions_are_refused_before_anything_is_submitted():
+    split_places = loads(
+        """
+        name = "places"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 2, partition = "batch", time = "1h" }
+        tasks = { command = "true", count = 2, cores = 1, memory = "1G", disk = "1G" }
+        [[stage]]
+        name = "b"
+        allocation = { cores = 2, partition = "gpu", time = "1h" }
+        tasks = { command = "true", count = 2, cores = 1, memory = "1G", disk = "1G" }
+        """
+    )
+    with pytest.raises(Refused, match=r"different partitions.*nothing was submitted"):
+        run_simulated(split_places, RunConfig(strategy="elastic", backend=IDLE))

@@ -1,0 +1,71 @@
+"""The elastic strategy on the real Slurm of ``scripts/slurm-local up``: a pilot serves two
+stages in a row, and a pilot no stage needs any more is given back while the run goes on."""
+
+import textwrap
+
+import pytest
+from test_e2e_slurm import Cluster, slurm_config
+
+from backends import clock
+from orchestrator.session import execute
+from orchestrator.store import Store
+from workflows.spec import loads
+
+pytestmark = pytest.mark.slurm
+
+WORKFLOW = """
+name = "elastic"
+[[stage]]
+name = "first"
+allocation = { cores = 4, memory = "1G", time = "5m" }
+tasks = { command = "sleep 2", count = 4, cores = 1, memory = "100M", disk = "10M" }
+[[stage]]
+name = "second"
+allocation = { cores = 4, memory = "1G", time = "5m" }
+tasks = { command = "sleep 2", count = 4, cores = 1, memory = "100M", disk = "10M" }
+[[stage]]
+name = "last"
+allocation = { cores = 1, memory = "256M", time = "5m" }
+tasks = { command = "sleep 8", count = 1, cores = 1, memory = "100M", disk = "10M" }
+"""
+
+
+@pytest.fixture
+def cluster():
+    cluster = Cluster()
+    yield cluster
+    cluster.clean()
+
+
+def test_a_pilot_serves_two_stages_and_one_goes_back_early(tmp_path, cluster):
+    """Two pilots, of 1 and 3 CPUs, both submitted at the start without a dependency: the
+    second stage's tasks run on the pilots of the first (none is submitted for it); the
+    3-CPU pilot is given back when only the last, 1-CPU stage is left, before it ends; no job
+    of the run is left in the queue."""
+    workflow = loads(textwrap.dedent(WORKFLOW), source=tmp_path / "wf.toml")
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            summary = await execute(
+                workflow, slurm_config(tmp_path, "elastic"), store, run_id=cluster.run_id
+            )
+            attempts = await store.rows("attempts", {"run_id": summary.run_id})
+            rows = await store.rows("pilots", {"run_id": summary.run_id})
+            return summary, attempts, rows
+
+    summary, attempts, rows = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    pilots = {p.pilot_id: p for p in summary.pilots}
+    assert sorted(p.cores for p in pilots.values()) == [1, 3]
+    assert [r["request"]["dependency"] for r in rows] == [None, None]
+    ran = {
+        stage: {a["pilot_id"] for a in attempts if a["task_id"].startswith(stage + ".")}
+        for stage in ("first", "second", "last")
+    }
+    assert ran["second"] <= set(pilots) and ran["second"] & ran["first"]
+    assert all(p.submit_t < summary.stages[0].end_t for p in pilots.values())
+    (wide,) = [p for p in pilots.values() if p.cores == 3]
+    last = summary.stages[2]
+    assert wide.end_t is not None and wide.end_t < last.end_t - 2  # back while "last" ran
+    assert ran["last"] == {next(p for p in pilots if pilots[p].cores == 1)}
+    assert cluster.queued() == []
