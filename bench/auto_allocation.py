@@ -1,6 +1,6 @@
 """Hand-written allocations against ``allocation = "auto"`` on the simulated HPC2N replay.
 
-    python bench/auto_allocation.py [--runs N] [--trace HPC2N] [--json]
+    python bench/auto_allocation.py [--runs N] [--trace HPC2N] [--cost S] [--json]
 
 For each of the montage, blast and statistics examples, under both priority modes of the
 replay (``site``: the log's FIFO order with EASY backfill; ``fair-share``: Slurm's
@@ -8,7 +8,8 @@ multifactor fair-share priority), and at ``--runs`` seeded start points of the t
 workflow as written, and the same workflow with every stage's allocation ``"auto"``, each
 run twice on its own store (a learning run, then 6 h later the measured one, so the store
 has learned its tasks' run times and its geometries' waits). Both variants meet the same
-start points, task durations and strategy (asa).
+start points, task durations and strategy (asa); ``--cost`` prices a core-hour in the width
+choice (0: wait + run time alone).
 
 Printed per workflow and mode: the measured runs' mean makespan, total waiting time (TWT)
 and core-hours, hand-written and auto side by side with auto / hand ratios, and the share
@@ -27,6 +28,7 @@ import numpy as np
 from backends import clock
 from backends.sim import MockOptions
 from orchestrator.compare import start_offsets
+from orchestrator.elastic import DEFAULT_COST
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
@@ -72,7 +74,7 @@ def figures(runs: list[RunSummary]) -> dict[str, float]:
 
 
 async def bench(
-    trace: str, runs: int, seed: int, workflows: list[str], modes: list[str]
+    trace: str, runs: int, seed: int, workflows: list[str], modes: list[str], cost: float
 ) -> list[dict]:
     rows = []
     offsets = start_offsets(trace, runs, seed, WARMUP_S, 30 * 86400.0)
@@ -84,7 +86,7 @@ async def bench(
             every: dict[str, list[RunSummary]] = {v: [] for v in variants}
             for i, offset in enumerate(offsets):
                 mock = MockOptions(trace=trace, queue_model=mode, seed=seed + i)
-                config = RunConfig(strategy="asa", seed=seed + i, backend=mock)
+                config = RunConfig(strategy="asa", seed=seed + i, backend=mock, cost=cost)
                 for variant, workflow in variants.items():
                     pair = await twice(workflow, config, offset)
                     measured[variant].append(pair[1])
@@ -136,10 +138,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workflow", action="append", choices=WORKFLOWS)
     parser.add_argument("--mode", action="append", choices=MODES)
+    parser.add_argument(
+        "--cost", type=float, default=DEFAULT_COST, help="seconds of makespan per core-hour"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = bench(
-        args.trace, args.runs, args.seed, args.workflow or list(WORKFLOWS), args.mode or list(MODES)
+        args.trace,
+        args.runs,
+        args.seed,
+        args.workflow or list(WORKFLOWS),
+        args.mode or list(MODES),
+        args.cost,
     )
     rows = clock.run(work, virtual=True)
     if args.json:

@@ -16,13 +16,16 @@ chosen when its pilot is submitted, from
 number of waves the stage's tasks can run in, and whole nodes, up to the bounds
 (``max_nodes``, ``max_cores``, the partition's nodes). A candidate's cost is its
 expected wait plus its expected run time (a schedule of the learned run times on
-its slots); the cheapest wins, ties (within 1%) to the narrower. The wait of a
+its slots) plus the core-hours it holds priced at ``cost`` seconds each (the
+elastic strategy's lambda, ``--cost``: a wider pilot finishes sooner but idles
+more cores in its last wave); the cheapest wins, ties (within 1% of its wait +
+run time) to the narrower. The wait of a
 width is the one its geometry last had (the freshest evidence of the queue
 there is); a width never tried is read off the line through the learned waits
 by cores (from no wait at no cores, proportional beyond the widest), a prior
 the learner corrects once a pilot of that width has waited, and no candidate
 is more than twice as wide as the widest learned one (:data:`WIDER`). With no
-wait learned at all, the fastest width wins. Tasks of one core ask for cores
+wait learned at all, waits count as nothing. Tasks of one core ask for cores
 only, wherever the scheduler finds them, as a hand-written allocation without
 ``nodes`` does; tasks of several cores get whole nodes (``--nodes``), so that
 no task is split.
@@ -73,8 +76,8 @@ WIDER = 2.0
 was learned: a wider pilot's wait is not known, and may be much longer (widths grow run by
 run as their waits are learned)."""
 TIE = 0.01
-"""Widths whose wait + run time are within this share of the least count as equal: the
-narrower wins, holding fewer cores for the same time."""
+"""Widths whose cost is within this share of the cheapest one's wait + run time count as
+equal: the narrower wins, holding fewer cores for the same time."""
 SEED = 0
 LEARNED_KEEP = 2000
 """At most this many learned run times per stage are used (the latest)."""
@@ -245,9 +248,12 @@ class _Shape:
         )
 
 
-def choose(demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf) -> Fit:
+def choose(
+    demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf, cost: float = 0.0
+) -> Fit:
     """The pilot for ``demand`` on nodes like ``node`` within the automatic allocation
-    ``bounds`` (its ``max_nodes``, ``max_cores``, ``max_time_s``)."""
+    ``bounds`` (its ``max_nodes``, ``max_cores``, ``max_time_s``); ``cost`` is the seconds
+    of makespan a core-hour is worth (the elastic strategy's lambda)."""
     if not demand.durations:
         return fallback(demand, node, bounds)
     shape = _Shape.of(demand, node)
@@ -260,11 +266,12 @@ def choose(demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf) -> F
     allowed = [s for s in slots if s in waits] if waits else slots
     fitting = [s for s in allowed if bounds.max_time_s is None or timed[s][1] <= bounds.max_time_s]
     if fitting:
-        cost = {s: waits.get(s, 0.0) + timed[s][0] for s in fitting}
-        least = min(cost.values())
-        best = min(s for s in fitting if cost[s] <= least * (1 + TIE))
+        took = {s: waits.get(s, 0.0) + timed[s][0] for s in fitting}
+        price = {s: took[s] + cost * cores[s] * timed[s][0] / 3600.0 for s in fitting}
+        cheapest = min(fitting, key=price.__getitem__)
+        best = min(s for s in fitting if price[s] <= price[cheapest] + TIE * took[cheapest])
         mean, limit = timed[best]
-        why = f"{demand.source}; {_weighed(waits, len(allowed))}"
+        why = f"{demand.source}; {_weighed(waits, len(allowed), cost)}"
     else:
         assert bounds.max_time_s is not None
         best = allowed[-1]
@@ -364,9 +371,10 @@ def _waits(learned: dict[int, float | None], cores: dict[int, int]) -> dict[int,
     return out
 
 
-def _weighed(waits: dict[int, float], candidates: int) -> str:
+def _weighed(waits: dict[int, float], candidates: int, cost: float) -> str:
+    priced = f" + {duration(cost)} per core-hour" if cost > 0 else ""
     if not waits:
-        return "no queue wait learned yet, so the fastest width"
+        return f"no queue wait learned yet, so the least run time{priced}"
     if candidates == 1:
         return "one width holds every task"
-    return f"the least wait + run time of {candidates} widths"
+    return f"the least wait + run time{priced} of {candidates} widths"

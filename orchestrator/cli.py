@@ -148,9 +148,9 @@ Cost = Annotated[
     float,
     typer.Option(
         "--cost",
-        help="elastic: the seconds of makespan one core-hour is worth (lambda in makespan + "
-        "lambda x core-hours); 0 holds every pilot to the end, larger gives idle nodes back "
-        "sooner.",
+        help="The seconds of makespan one core-hour is worth (lambda in makespan + lambda x "
+        "core-hours): elastic holds or gives back idle nodes by it (0 holds every pilot to the "
+        'end), and allocation = "auto" weighs a wider pilot\'s speed against its idle cores.',
     ),
 ]
 LearnerScope = Annotated[

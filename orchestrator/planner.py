@@ -138,6 +138,8 @@ class AutoFit:
 
     node: Node
     outlook: WaitOutlook
+    cost: float = 0.0
+    """Seconds of makespan a core-hour is worth (``--cost``)."""
     _fits: dict[str, Fit] = field(default_factory=dict)
 
     def allocation(self, view: StageView) -> tuple[Allocation, Fit | None]:
@@ -150,7 +152,7 @@ class AutoFit:
             def wait_of(nodes: int | None, cores: int) -> float | None:
                 return self.outlook(replace(base, nodes=nodes, cores=cores))
 
-            self._fits[view.name] = choose(view.demand(), self.node, base, wait_of)
+            self._fits[view.name] = choose(view.demand(), self.node, base, wait_of, self.cost)
         fit = self._fits[view.name]
         return fitted(view.allocation, fit), fit
 

@@ -335,7 +335,7 @@ async def _execute(
         predict=waits.predict,
         true_wait=backend.true_wait,
         idle_cancel_s=config.idle_cancel_s,
-        fit=AutoFit(shape, waits.outlook),
+        fit=AutoFit(shape, waits.outlook, config.cost),
         law=waits.law,
         node=node,
         cost=config.cost,

@@ -79,6 +79,28 @@ def test_a_long_learned_wait_of_the_wide_geometry_makes_a_narrower_one_win():
     assert wide.cores > 100
 
 
+def test_a_price_on_core_hours_keeps_the_pilot_narrower_where_the_last_wave_idles():
+    """With no wait, the widest pilot is fastest; a core-hour worth 50 min of makespan
+    keeps it where doubling the width saves less time than its idle last-wave cores cost."""
+    history = runs(150.0, sigma=0.4)
+    need = Demand(448, durations=history, source="learned")
+    fastest = choose(need, NODE, AUTO, lambda n, c: 0.0)
+    priced = choose(need, NODE, AUTO, lambda n, c: 0.0, cost=3000.0)
+    assert priced.cores < fastest.cores
+    assert priced.run_s > fastest.run_s
+    held = {f.cores: f.cores * f.run_s / 3600 for f in (fastest, priced)}
+    assert held[priced.cores] < held[fastest.cores]
+    # its price is the least of every width's: wait + run time + cost x core-hours
+    assert priced.run_s * (1 + 3000 * priced.cores / 3600) <= fastest.run_s * (
+        1 + 3000 * fastest.cores / 3600
+    )
+    assert "+ 50 min per core-hour" in priced.because
+    assert "per core-hour" not in fastest.because
+    # a learned wait still weighs: narrow pilots waiting a day make the wide one cheapest
+    waited = choose(need, NODE, AUTO, lambda n, c: 0.0 if c > 200 else 86_400.0, cost=3000.0)
+    assert waited.cores > 200
+
+
 def test_an_unlearned_width_borrows_the_nearest_learned_wait_scaled_by_cores():
     history = runs(100.0, n=50)
 
@@ -208,7 +230,8 @@ def test_a_second_run_fits_its_pilots_to_what_the_first_learned(tmp_path):
     queue let the first pilots start at once; the choice is stored with each pilot."""
     wf = loads(WORKFLOW, source=tmp_path / "wf.toml")
     cluster = ClusterSpec(nodes=4, cores_per_node=8)
-    config = RunConfig(strategy="per-stage", backend=MockOptions(load=0, cluster=cluster))
+    backend = MockOptions(load=0, cluster=cluster)
+    config = RunConfig(strategy="per-stage", backend=backend, cost=0.0)  # time alone
 
     async def main():
         async with await Store.open(tmp_path / "s.db") as store:
