@@ -19,16 +19,15 @@ expected wait plus its expected run time (a schedule of the learned run times on
 its slots) plus the core-hours it holds priced at ``cost`` seconds each (the
 elastic strategy's lambda, ``--cost``: a wider pilot finishes sooner but idles
 more cores in its last wave); the cheapest wins, ties (within 1% of its wait +
-run time) to the narrower. The wait of a
-width is the one its geometry last had (the freshest evidence of the queue
-there is); a width never tried is read off the line through the learned waits
-by cores (from no wait at no cores, proportional beyond the widest), a prior
-the learner corrects once a pilot of that width has waited, and no candidate
-is more than twice as wide as the widest learned one (:data:`WIDER`). With no
-wait learned at all, waits count as nothing. Tasks of one core ask for cores
-only, wherever the scheduler finds them, as a hand-written allocation without
-``nodes`` does; tasks of several cores get whole nodes (``--nodes``), so that
-no task is split.
+run time) to the narrower. The wait of a width is the one its geometry last had
+(the freshest evidence of the queue there is); a width never tried is read off
+the line through the learned waits by cores (from no wait at no cores,
+proportional beyond the widest), a prior the learner corrects once a pilot of
+that width has waited, and no candidate is more than twice as wide as the
+widest learned one (:data:`WIDER`). With no wait learned at all, waits count as
+nothing. Tasks of one core ask for cores only, wherever the scheduler finds
+them, as a hand-written allocation without ``nodes`` does; tasks of several
+cores get whole nodes (``--nodes``), so that no task is split.
 
 **Time limit.** The :data:`RISK` quantile of the stage's predicted run time on
 the chosen width (schedules of run times drawn from the learned ones, seeded),
