@@ -16,6 +16,7 @@ from html import escape
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from backends.registry import simulated
 from learners.resources import PACKED
 from orchestrator import plots
 from orchestrator.compare import Row, normalised
@@ -113,7 +114,7 @@ def _lead(record: RunRecord) -> str:
     if run.get("ended"):
         parts.append(f"ended {wall(run['ended'])}")
     text = " · ".join(parts)
-    if run["backend"] == "mock":
+    if simulated(str(run["backend"])):
         text += (
             "<br>On the simulated cluster: the run's durations are the cluster's virtual "
             "time, not the wall clock's."

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backends import clock
+from backends.registry import simulated
 from learners.resources import RESOURCES
 from orchestrator.agent.attempt import Captured
 from orchestrator.human import duration, megabytes, number, offset
@@ -180,7 +181,7 @@ def _amount(resource: str, value: float | None) -> str:
 
 
 def _no_output(row: StoreRow, backend: str) -> str:
-    if backend == "mock":
+    if simulated(backend):
         return "no output: tasks on the simulated cluster run no command"
     if row["outcome"] == "lost":
         return "no output came back: its worker went away before the attempt ended"
