@@ -152,6 +152,8 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
 def _killed(row: StoreRow) -> str:
     resource, measured = row["exhausted"], row.get("measured")
     allocated = (row.get("allocation") or {}).get(resource)
+    if measured is not None and allocated is not None and measured <= allocated:
+        return f"killed: {resource} reached its allocation of {_amount(resource, allocated)}"
     return (
         f"killed: {resource} reached {_amount(resource, measured)}, over its allocation of "
         f"{_amount(resource, allocated)}"
