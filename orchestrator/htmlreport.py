@@ -10,6 +10,7 @@ comparison, what ``leadtime compare --json`` prints.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from html import escape
@@ -216,7 +217,7 @@ def _pilot_table(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
                 p.pilot_id,
                 jobs.get(p.pilot_id) or "-",
                 ", ".join(p.stages),
-                request(requests.get(p.pilot_id, {})),
+                _whole_amounts(request(requests.get(p.pilot_id, {}))),
                 p.state.lower(),
                 offset(p.submit_t),
                 offset(p.eligible_t),
@@ -232,6 +233,12 @@ def _pilot_table(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
         wrap={2, 3},
         note="A prediction hits unless it over-predicted the wait (Table 2 of the ASA paper).",
     )
+
+
+def _whole_amounts(text: str) -> str:
+    """``text`` that wraps only after its commas: ``28 cores,`` / ``112,000 MB``, never
+    ``28`` / ``cores``."""
+    return ", ".join(part.replace(" ", "\u00a0") for part in text.split(", "))
 
 
 def _waits(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
@@ -441,7 +448,8 @@ def _table(
     body = "".join(
         "<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>" for row in rows
     )
-    caption = f'<p class="note">{escape(note)}</p>' if note else ""
+    note = re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(note))  # a command to type
+    caption = f'<p class="note">{note}</p>' if note else ""
     return (
         f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
         f"</div>{caption}"

@@ -80,6 +80,8 @@ def test_the_report_of_a_run_shows_every_stage_and_pilot_and_the_run_s_own_figur
     ):
         assert f'<div class="value">{shown} ' in page
     assert page.count("<svg") == 5  # timeline, waits, cores, efficiency, failed attempts
+    assert "28\xa0cores, 112,000\xa0MB, 30\xa0min" in cells  # wraps only after a comma
+    assert "`" not in page and "<code>leadtime status " in page
     assert "durations are the cluster's virtual time" in page
 
 
