@@ -58,7 +58,7 @@ p.lead, p.note { color: #4b5563; margin: 4px 0 12px; }
 div.wide { overflow-x: auto; }
 figure { margin: 10px 0; } figure svg { width: 100%; height: auto; }
 table { border-collapse: collapse; margin: 8px 0 4px; font-size: 13.5px; }
-th, td { padding: 4px 10px; border-bottom: 1px solid #e9ecef; text-align: left;
+th, td { padding: 4px 8px; border-bottom: 1px solid #e9ecef; text-align: left;
          vertical-align: top; white-space: nowrap; }
 th { background: #f1f3f5; font-weight: 600; }
 td.w { white-space: normal; }
