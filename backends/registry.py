@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from backends import local, sim, slurm
 from backends.base import BatchBackend
-from backends.options import BackendOptions, RunSite
+from backends.options import BackendOptions, RunSite, Workers
 
 Options = TypeVar("Options", bound=BackendOptions)
 Open = Callable[[Options, RunSite], BatchBackend]
@@ -57,6 +57,13 @@ def backend_options(name: str) -> type[BackendOptions]:
         return BACKENDS[name]
     except KeyError:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}") from None
+
+
+def simulated(name: str) -> bool:
+    """Backend ``name``'s workers are simulated: its runs ran no command, on virtual time
+    (False for a backend not registered here)."""
+    kind = BACKENDS.get(name)
+    return kind is not None and kind.workers is Workers.SIMULATED
 
 
 def options_json(options: BackendOptions) -> dict[str, Any]:

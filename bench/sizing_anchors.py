@@ -1,15 +1,15 @@
 """Our replay of the bucketing paper's five synthetic workflows next to the paper's own runs.
 
-Ground truth: the true peaks of ``../shared/data/ipdps2024/synthetic_<dist>_whole``
-(the whole-machine runs never fail). Every sizer replays them on workers of 16
+Ground truth: the true peaks of ``ipdps2024/synthetic_<dist>_whole`` of the data directory,
+``$LEADTIME_DATA`` (the whole-machine runs never fail). Every sizer replays them on workers of 16
 cores / 64,000 MB / 64,000 MB, as many as the paper's run had and joining when
 they did (the whole run's recorded concurrency: each of its tasks held a whole
 worker), under three models of when an exhaustion shows: ``calibrated`` (when
 the paper's own runs killed attempts, ``learners.kill_times``: the headline),
 and the bounds ``slow`` (at the end of the run, reporting only the allocation)
 and ``fast`` (at once, reporting the true peak). The paper's TaskVine runs
-(``../shared/reference/ANCHORS.md``) are the figures to beat. Marks: ``*`` best
-calibrated replay in the column, ``^`` best of the paper's runs.
+(``reference/ANCHORS.md`` beside the data directory) are the figures to beat. Marks: ``*``
+best calibrated replay in the column, ``^`` best of the paper's runs.
 
 The goal: the default sizer at or above the paper's best AWE of each cell (5
 workflows x cores, memory, disk) with at most 10% of tasks retried.

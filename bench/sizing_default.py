@@ -1,4 +1,4 @@
-"""Choose the default sizer by measurement on every trace of ``../shared/data``.
+"""Choose the default sizer by measurement on every task trace of $LEADTIME_DATA.
 
 Every sizer replays every task trace (the ipdps2024 ground truths, bioblast,
 lobster, coffea, k-Segments' eager and sarek with their memory series, five

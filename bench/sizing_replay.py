@@ -17,7 +17,11 @@ from workflows.traces import TraceError, load_trace
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", required=True, help="a task trace of ../shared/data")
+    parser.add_argument(
+        "--trace",
+        required=True,
+        help="a task trace file (formats: docs/traces.md), such as one of $LEADTIME_DATA",
+    )
     parser.add_argument("--sizer", default=",".join(SIZERS), help="names, comma separated")
     parser.add_argument("--workers", type=int, default=20)
     parser.add_argument("--worker-cores", type=float, default=PAPER_WORKER.cores)

@@ -10,12 +10,14 @@ comparison, what ``leadtime compare --json`` prints.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from html import escape
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from backends.registry import simulated
 from learners.resources import PACKED
 from orchestrator import plots
 from orchestrator.compare import Row, normalised
@@ -56,7 +58,7 @@ p.lead, p.note { color: #4b5563; margin: 4px 0 12px; }
 div.wide { overflow-x: auto; }
 figure { margin: 10px 0; } figure svg { width: 100%; height: auto; }
 table { border-collapse: collapse; margin: 8px 0 4px; font-size: 13.5px; }
-th, td { padding: 4px 10px; border-bottom: 1px solid #e9ecef; text-align: left;
+th, td { padding: 4px 8px; border-bottom: 1px solid #e9ecef; text-align: left;
          vertical-align: top; white-space: nowrap; }
 th { background: #f1f3f5; font-weight: 600; }
 td.w { white-space: normal; }
@@ -113,7 +115,7 @@ def _lead(record: RunRecord) -> str:
     if run.get("ended"):
         parts.append(f"ended {wall(run['ended'])}")
     text = " · ".join(parts)
-    if run["backend"] == "mock":
+    if simulated(str(run["backend"])):
         text += (
             "<br>On the simulated cluster: the run's durations are the cluster's virtual "
             "time, not the wall clock's."
@@ -215,7 +217,7 @@ def _pilot_table(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
                 p.pilot_id,
                 jobs.get(p.pilot_id) or "-",
                 ", ".join(p.stages),
-                request(requests.get(p.pilot_id, {})),
+                _whole_amounts(request(requests.get(p.pilot_id, {}))),
                 p.state.lower(),
                 offset(p.submit_t),
                 offset(p.eligible_t),
@@ -231,6 +233,12 @@ def _pilot_table(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
         wrap={2, 3},
         note="A prediction hits unless it over-predicted the wait (Table 2 of the ASA paper).",
     )
+
+
+def _whole_amounts(text: str) -> str:
+    """``text`` that wraps only after its commas: ``28 cores,`` / ``112,000 MB``, never
+    ``28`` / ``cores``."""
+    return ", ".join(part.replace(" ", "\u00a0") for part in text.split(", "))
 
 
 def _waits(record: RunRecord, pilots: Sequence[PilotFigures]) -> str:
@@ -440,7 +448,8 @@ def _table(
     body = "".join(
         "<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>" for row in rows
     )
-    caption = f'<p class="note">{escape(note)}</p>' if note else ""
+    note = re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(note))  # a command to type
+    caption = f'<p class="note">{note}</p>' if note else ""
     return (
         f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
         f"</div>{caption}"

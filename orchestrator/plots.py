@@ -345,6 +345,7 @@ def efficiency(categories: Sequence[CategoryUse]) -> str:
                         ha="right" if s[0] > 0.12 else "left",
                     )
             bottom.set_yticks(list(x), names)
+            bottom.tick_params(axis="y", length=0)  # a tick beside "0.00" read as "-0.00"
             bottom.set_ylim(len(categories) - 0.5, -0.5)
             bottom.set_xlim(0, 1)
             bottom.set_xlabel(f"share of allocated {r} × time")

@@ -20,7 +20,7 @@ from typing import Any
 from backends import clock
 from backends.base import NODE, BatchBackend, JobState, node_share
 from backends.options import BackendOptions, RemoteOptions, RunSite, Workers
-from backends.registry import BACKENDS, open_backend, options_json, options_of
+from backends.registry import open_backend, options_json, options_of, simulated
 from backends.sim import MockOptions
 from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
@@ -184,8 +184,7 @@ async def resume(store: Store, run_id: str, *, observer: Observer | None = None)
         raise ResumeError(f"run {run_id} is running: its manager{where} is alive")
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
         raise ResumeError(f"run {run_id} is {state}: nothing to resume")
-    kind = BACKENDS.get(run.get("backend") or "")
-    if kind is not None and kind.workers is Workers.SIMULATED:
+    if simulated(run.get("backend") or ""):
         raise ResumeError(
             f"run {run_id} ran on the simulated cluster, which lived in its manager: run it again"
         )

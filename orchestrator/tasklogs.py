@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from backends import clock
+from backends.registry import simulated
 from learners.resources import RESOURCES
 from orchestrator.agent.attempt import Captured
 from orchestrator.human import duration, megabytes, number, offset
@@ -151,6 +152,8 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
 def _killed(row: StoreRow) -> str:
     resource, measured = row["exhausted"], row.get("measured")
     allocated = (row.get("allocation") or {}).get(resource)
+    if measured is not None and allocated is not None and measured <= allocated:
+        return f"killed: {resource} reached its allocation of {_amount(resource, allocated)}"
     return (
         f"killed: {resource} reached {_amount(resource, measured)}, over its allocation of "
         f"{_amount(resource, allocated)}"
@@ -180,7 +183,7 @@ def _amount(resource: str, value: float | None) -> str:
 
 
 def _no_output(row: StoreRow, backend: str) -> str:
-    if backend == "mock":
+    if simulated(backend):
         return "no output: tasks on the simulated cluster run no command"
     if row["outcome"] == "lost":
         return "no output came back: its worker went away before the attempt ended"

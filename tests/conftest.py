@@ -14,7 +14,7 @@ _slurm_down: list[str] = []  # why the local Slurm is not usable, once checked
 
 @pytest.fixture(scope="session")
 def data():
-    """The directory of the large task traces (``../shared/data`` or ``$LEADTIME_DATA``).
+    """The directory of the large task traces (``$LEADTIME_DATA``, :func:`data_dir`).
 
     A clone with nothing beside it has none: the tests that need them are skipped, with the
     reason, except under CI, which always has them.

@@ -17,7 +17,7 @@ TABLE_1 = {
     "blast": {28: 2670, 56: 1349, 112: 766},
     "statistics": {28: 5490, 56: 4341, 112: 3994},
 }
-SHAPES = {  # p: parallel (cores = scale), s: sequential
+SHAPES = {  # the ASA paper's stages, p: parallel (cores = scale), s: sequential
     "montage": "ppssp" + "ssss",
     "blast": "ps",
     "statistics": "spsp",
@@ -57,7 +57,7 @@ def test_examples_load_and_validate(name, scale):
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_stage_shapes_follow_seed_004(name):
+def test_stages_are_parallel_or_sequential_as_in_the_asa_paper(name):
     w = load(example(name))
     assert w.scale == 28  # the default
     assert "".join(shape(s, 28) for s in w.stages) == SHAPES[name]

@@ -80,6 +80,9 @@ def test_the_report_of_a_run_shows_every_stage_and_pilot_and_the_run_s_own_figur
     ):
         assert f'<div class="value">{shown} ' in page
     assert page.count("<svg") == 5  # timeline, waits, cores, efficiency, failed attempts
+    assert "28\xa0cores, 112,000\xa0MB, 30\xa0min" in cells  # wraps only after a comma
+    assert "`" not in page and "<code>leadtime status " in page
+    assert "durations are the cluster's virtual time" in page
 
 
 def test_the_report_shows_the_numbers_status_json_gives(demo, demo_page):
@@ -304,6 +307,7 @@ def test_a_run_that_recorded_only_its_start_still_has_a_report():
     page = run_page(record)
     assert '<div class="error">error: the batch system refused a pilot: &lt;bad account&gt;' in page
     assert "No pilot was submitted." in page and "the run held no core" in page
+    assert "virtual time" not in page  # a Slurm run's durations are the wall clock's
     assert "No attempt ended." in page and "Every attempt that ended succeeded." in page
     assert _embedded(page)["makespan_s"] == 0.0
     assert re.search(r">a \(3 tasks\)</text>", page) and re.search(r">b \(3 tasks\)</text>", page)

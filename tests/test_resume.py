@@ -130,3 +130,15 @@ def test_a_run_recorded_with_options_this_version_cannot_read_is_refused(tmp_pat
         assert done.exit_code == 2, done.output
         assert "run old was recorded by another version of leadtime" in done.output
         assert "Traceback" not in done.output
+
+
+def test_a_run_on_the_simulated_cluster_is_not_resumed(tmp_path, cli):
+    async def record() -> None:
+        async with await Store.open(tmp_path / "store.db") as store:
+            await store.put("runs", {"run_id": "sim"}, workflow="w", backend="mock",
+                            status="interrupted", created=0.0)  # fmt: skip
+
+    clock.run(record(), virtual=False)
+    done = cli("resume", "sim")
+    assert done.exit_code == 2, done.output
+    assert "run sim ran on the simulated cluster, which lived in its manager" in done.output

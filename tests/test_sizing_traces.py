@@ -1,4 +1,5 @@
-"""The trace readers on the real files of ../shared/data (row counts from MANIFEST.md)."""
+"""The trace readers on the real files of the data directory, $LEADTIME_DATA (row counts from
+its MANIFEST.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """The SWF reader: header, fields, unknown values, malformed lines, the shared traces."""
 
 import gzip
+import json
 
 import numpy as np
 import pytest
 
 from backends.sim.swf import TRACES_DIR, SwfError, load_trace, read_swf, trace_path
 from workflows.datasets import DataNotFound
+from workflows.spec import example
 
 HEADER = """\
 ; Version: 2.2
@@ -109,8 +111,57 @@ def test_trace_names_resolve_to_the_files_shipped_with_the_package(tmp_path):
     own = tmp_path / "own.swf"
     own.write_text("1 0 0 10 1 -1 -1 1 60 -1 1 1 1 1 1 1 -1 -1\n")
     assert trace_path(own) == own
-    with pytest.raises(DataNotFound, match="neither one of HPC2N, KTH, CTC"):
+    with pytest.raises(DataNotFound, match="'NOPE' is not one of HPC2N, KTH, CTC, nor a file"):
         trace_path("NOPE")
+
+
+@pytest.fixture
+def tiny_data(tmp_path, monkeypatch):
+    """A data directory of one tiny SWF log, as $LEADTIME_DATA."""
+    (tmp_path / "swf").mkdir()
+    write(tmp_path / "swf", HEADER + JOBS, "TINY-SP2-1999-1.0-cln.swf")
+    write(tmp_path / "swf", "not a log", "notes.txt")
+    monkeypatch.setenv("LEADTIME_DATA", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # no file of the names tried here
+    return tmp_path
+
+
+def test_a_name_not_shipped_is_an_swf_log_of_the_data_directory(tiny_data):
+    logs = tiny_data / "swf"
+    tiny = logs / "TINY-SP2-1999-1.0-cln.swf"
+    assert trace_path("tiny") == trace_path("TINY-SP2") == trace_path(tiny.name) == tiny
+    assert len(load_trace("Tiny")) == 3
+    write(logs, HEADER + JOBS, "TINY-SP2-2001-2.0-cln.swf.gz")
+    with pytest.raises(DataNotFound, match=r"'tiny' names several logs in .*: TINY-SP2-1999"):
+        trace_path("tiny")
+    assert trace_path("tiny-sp2-2001") == logs / "TINY-SP2-2001-2.0-cln.swf.gz"
+    with pytest.raises(DataNotFound) as e:
+        trace_path("notes")
+    assert str(e.value) == (
+        "trace 'notes' is not one of HPC2N, KTH, CTC, nor a file, "
+        f"nor an SWF log notes[-*].swf[.gz] in {logs}"
+    )
+
+
+def test_without_a_data_directory_a_name_not_shipped_says_so(monkeypatch):
+    def nowhere():
+        raise DataNotFound("trace data not found")
+
+    monkeypatch.setattr("backends.sim.swf.data_dir", nowhere)
+    with pytest.raises(
+        DataNotFound, match=r"nor a file, and no data directory is set \(LEADTIME_DATA"
+    ):
+        trace_path("SDSC-BLUE")
+
+
+def test_the_run_s_trace_flag_takes_a_log_of_the_data_directory(tiny_data, cli):
+    done = cli("run", str(example("blast")), "--trace", "tiny", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["status"] == "done"
+    refused = " ".join(cli("run", str(example("blast")), "--trace", "huge").output.split())
+    assert (
+        "--trace: trace 'huge' is not one of HPC2N, KTH, CTC, nor a file, nor an SWF log" in refused
+    )
 
 
 def test_shared_traces():

@@ -305,3 +305,5 @@ def test_a_kill_cause_shows_two_sizes_that_differ():
     assert cause(killed(3.2227), Resources(1, 3.0703)) == "memory 3.22 MB > 3.07 MB"
     assert cause(killed(812.4), Resources(1, 812.2)) == "memory 812.4 MB > 812.2 MB"
     assert cause(killed(1200.0), Resources(1, 1000.0)) == "memory 1,200 MB > 1,000 MB"
+    at_limit = "memory reached its limit, 1,069 MB"  # a kill that saw no more than the limit
+    assert cause(killed(1068.52174), Resources(1, 1068.52174)) == at_limit

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from backends import clock
@@ -235,6 +236,16 @@ def test_logs_of_a_killed_attempt_give_the_kill_with_its_peak_against_its_alloca
     assert killed.split()[0] == "memory"
     assert "allocating" in text and text.count("held") == 1  # only the attempt that succeeded
     assert "success" in text
+
+
+def test_a_kill_that_saw_no_more_than_the_allocation_says_it_reached_it():
+    mb = 1068.52174
+    row = {"task_id": "a.0", "attempt": 1, "outcome": "exhausted", "start_t": 0.0, "end_t": 5.0,
+           "exhausted": "memory", "measured": mb, "allocation": {"memory": mb},
+           "peak": {"memory": mb}}  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "mock"))
+    assert "killed: memory reached its allocation of 1.07 GB" in console.export_text()
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Read every task-record trace of ``../shared/data`` into :class:`~learners.replay.TraceTask`.
+"""Read the task-record traces of the data directory (``$LEADTIME_DATA``) into
+:class:`~learners.replay.TraceTask`.
 
 Formats, told apart by their header:
 

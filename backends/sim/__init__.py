@@ -9,28 +9,29 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, get_args
 
 from backends.options import RunSite, Workers, one_of, option, positive
 from backends.sim.backend import MockSlurm
 from backends.sim.simulator import Priority
 from backends.sim.site import QueueModel, SitePolicy
-from backends.sim.swf import BUILTIN_TRACES, SwfTrace, load_trace
+from backends.sim.swf import BUILTIN_TRACES, SwfTrace, load_trace, trace_path
 from backends.sim.workload import ClusterSpec, SyntheticLoad, TraceReplay
+from workflows.datasets import DataNotFound
 
 __all__ = ["MockOptions", "MockSlurm", "open"]
 
 
 def _trace(text: str) -> str | None:
-    """A built-in log's name, in any case, or the path of an SWF file; none: no log."""
+    """A shipped log's name, in any case, the path of an SWF file or the name of a log of the
+    data directory (:func:`~backends.sim.swf.trace_path`); none: no log."""
     if text.lower() == "none":
         return None
-    if text.upper() in BUILTIN_TRACES:
-        return text.upper()
-    if not Path(text).exists():
-        raise ValueError(f"{text}: not one of {', '.join(BUILTIN_TRACES)} and no such file")
-    return text
+    try:
+        trace_path(text)
+    except DataNotFound as e:
+        raise ValueError(str(e)) from None
+    return text.upper() if text.upper() in BUILTIN_TRACES else text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +43,9 @@ class MockOptions:
 
     trace: str | None = option(
         None,
-        "Mock background load: HPC2N, KTH, CTC or an SWF file; none: synthetic load (--load).",
+        "Mock background load: HPC2N, KTH, CTC, an SWF file, or an SWF log in the swf "
+        "directory of $LEADTIME_DATA by the start of its file name (SDSC-BLUE, say); none: "
+        "synthetic load (--load).",
         parse=_trace,
     )
     """None for synthetic load."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workflows.datasets import DataNotFound
+from workflows.datasets import DataNotFound, data_dir
 
 #: The 18 SWF fields in file order; times in seconds, memory in KB per processor.
 FIELDS: tuple[tuple[str, type], ...] = (
@@ -173,15 +173,47 @@ class RecordedSchedule:
 
 
 def trace_path(trace: str | Path) -> Path:
-    """A built-in trace's name (HPC2N, KTH, CTC; any case) or a path to an SWF file."""
+    """A shipped log's name (HPC2N, KTH, CTC; any case), a path to an SWF file, or the name of
+    an SWF log in the data directory's ``swf/`` (``$LEADTIME_DATA``; any case):
+    ``SDSC-BLUE`` for ``SDSC-BLUE-2000-4.2-cln.swf.gz``."""
     builtin = BUILTIN_TRACES.get(str(trace).upper())
     if builtin is not None:
         return TRACES_DIR / builtin
     path = Path(trace)
-    if not path.is_file():
-        names = ", ".join(BUILTIN_TRACES)
-        raise DataNotFound(f"trace {str(trace)!r} is neither one of {names} nor an existing file")
-    return path
+    if path.is_file():
+        return path
+    tried = f"trace {str(trace)!r} is not one of {', '.join(BUILTIN_TRACES)}, nor a file"
+    if path.name != str(trace):
+        raise DataNotFound(tried)
+    try:
+        logs = data_dir() / "swf"
+    except DataNotFound:
+        raise DataNotFound(f"{tried}, and no data directory is set (LEADTIME_DATA)") from None
+    found = _logs_named(logs, path.name)
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise DataNotFound(f"trace {str(trace)!r} names several logs in {logs}: {names}")
+    if not found:
+        raise DataNotFound(f"{tried}, nor an SWF log {path.name}[-*].swf[.gz] in {logs}")
+    return found[0]
+
+
+def _logs_named(directory: Path, name: str) -> list[Path]:
+    """The ``.swf`` and ``.swf.gz`` files of ``directory`` named ``name``, with or without
+    their extension, or ``name-...`` (any case)."""
+    if not directory.is_dir():
+        return []
+    key = name.upper()
+    found = []
+    for path in sorted(directory.iterdir()):
+        file = path.name.upper()
+        log = file.removesuffix(".GZ")
+        if not log.endswith(".SWF") or not path.is_file():
+            continue
+        stem = log.removesuffix(".SWF")
+        if key in (file, log, stem) or stem.startswith(f"{key}-"):
+            found.append(path)
+    return found
 
 
 def load_trace(trace: str | Path) -> SwfTrace:

@@ -107,14 +107,18 @@ def refused(spec: AttemptSpec, why: str) -> AttemptResult:
 
 def cause(result: AttemptResult, allocation: Resources) -> str | None:
     """Why an attempt did not succeed, in a few words (None when it did): ``memory 812 MB >
-    500 MB``, ``exit code 3``, ``worker left: disconnected``."""
+    500 MB``, ``memory reached its limit, 500 MB`` (a kill that saw no more than the limit),
+    ``exit code 3``, ``worker left: disconnected``."""
     if result.outcome is Outcome.SUCCESS:
         return None
     if result.outcome is Outcome.EXHAUSTED and result.exhaustion is not None:
         e = result.exhaustion
         unit = " s" if e.resource == "wall" else " MB"
-        used, limit = _apart(e.measured, allocation[e.resource])
-        return f"{e.resource} {used}{unit} > {limit}{unit}"
+        limit = allocation[e.resource]
+        if e.measured <= limit:
+            return f"{e.resource} reached its limit, {_shown(limit)}{unit}"
+        used, allowed = _apart(e.measured, limit)
+        return f"{e.resource} {used}{unit} > {allowed}{unit}"
     said = next(
         (line[len(_OURS) :] for line in result.output_tail.splitlines() if line.startswith(_OURS)),
         None,
@@ -126,17 +130,19 @@ def cause(result: AttemptResult, allocation: Resources) -> str | None:
     return str(result.outcome)
 
 
+def _shown(v: float, digits: int = 3) -> str:
+    """``v`` as a person reads it: a whole number from ``10 ** (digits - 1)`` on, else
+    ``digits`` significant digits."""
+    return f"{v:,.0f}" if abs(v) >= 10 ** (digits - 1) else f"{v:.{digits}g}"
+
+
 def _apart(a: float, b: float) -> tuple[str, str]:
-    """``a`` and ``b`` as a person reads them: whole numbers from 100 on, else 3 significant
-    digits, with more digits while the two would read the same (3.23 and 3.2 MB, not 3 and 3)."""
-
-    def shown(v: float, digits: int) -> str:
-        return f"{v:,.0f}" if abs(v) >= 10 ** (digits - 1) else f"{v:.{digits}g}"
-
+    """``a`` and ``b`` (which differ) by :func:`_shown`, with more digits while the two would
+    read the same (3.23 and 3.2 MB, not 3 and 3)."""
     digits = 3
-    while shown(a, digits) == shown(b, digits) and digits < 9:
+    while _shown(a, digits) == _shown(b, digits) and digits < 9:
         digits += 1
-    return shown(a, digits), shown(b, digits)
+    return _shown(a, digits), _shown(b, digits)
 
 
 def cause_kind(result: AttemptResult) -> str:
