@@ -406,6 +406,22 @@ async def test_a_task_killed_with_its_worker_is_lost_and_one_killed_alone_failed
         assert "killed with its worker (SIGTERM)" in result.output_tail
 
 
+async def test_a_shell_whose_command_was_killed_with_its_worker_is_lost_too(tmp_path):
+    """A shell tells that its command died of SIGTERM by exiting 143 (128 + 15): the task's
+    own exit when Slurm stops a job. With the worker stopping it is lost, not failed."""
+    command = "sh -c 'kill -TERM $$'; exit $?"
+    async with Cluster(tmp_path) as cluster:
+        agent, worker = await cluster.agent()
+        alone = await worker.run(spec("alone", command))
+        assert (alone.outcome, alone.exit_code) == (Outcome.FAILED, 128 + signal.SIGTERM)
+        with_worker = asyncio.create_task(worker.run(spec("job", command)))
+        await asyncio.sleep(0.3)
+        agent.shutdown("SIGTERM")
+        result = await with_worker
+        assert (result.outcome, result.exit_code) == (Outcome.LOST, 128 + signal.SIGTERM)
+        assert "killed with its worker (SIGTERM)" in result.output_tail
+
+
 async def test_strangers_are_refused_and_the_run_goes_on(tmp_path):
     async with Cluster(tmp_path, handshake_timeout_s=1.0) as cluster:
         _, worker = await cluster.agent()

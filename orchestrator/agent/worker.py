@@ -71,7 +71,10 @@ OUTSIDE_SIGNAL_GRACE_S = 1.0
 """How long an attempt killed by a signal the worker did not send waits for the worker's own
 stop: a batch system stopping a job (scancel, time limit) signals every process of it at once,
 and the task may die before the worker hears of it."""
-_STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT)
+_STOPS = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT)
+_STOP_SIGNALS = frozenset([-s for s in _STOPS] + [128 + s for s in _STOPS])
+"""Exit codes of an attempt killed by a signal that stops a job: killed itself, or a shell
+telling that its command was (128 + the signal: 143 for SIGTERM)."""
 
 
 class OptionsError(ValueError):
