@@ -455,10 +455,13 @@ class Engine:
             if note not in self._standing:
                 self._note(note)
         self._standing = frozenset(plan.notes)
+        finished = self._finished_pilots()
         # What the events taught is written before anything is submitted, cancelled or
         # released: a pilot released for a stage whose last result is not in the store would
-        # take that result with it if the manager died now.
-        await self._write_ahead()
+        # take that result with it if the manager died now. A pass that acts on no pilot
+        # writes once, with its placements.
+        if plan.actions or finished:
+            await self._write_ahead()
         if self.learner is not None:
             await self.learner.save(self.store)
         if self.sizing is not None:
@@ -468,7 +471,7 @@ class Engine:
                 await self._submit(action)
             else:
                 await self._let_go(action)
-        await self._release_finished_pilots()
+        await self._release(finished)
         starts = self._place()
         await self._write_ahead()
         for worker, spec in starts:
@@ -760,15 +763,23 @@ class Engine:
         else:
             await self.backend.cancel(pilot.job_id)
 
-    async def _release_finished_pilots(self) -> None:
-        """Release pilots whose stages are all over, once nothing runs on them."""
-        for pilot in list(self.pilots.values()):
+    def _finished_pilots(self) -> list[PilotRun]:
+        """Pilots whose stages are all over and on which nothing runs: to be released (each
+        is drained, so that it takes no new task meanwhile)."""
+        finished = []
+        for pilot in self.pilots.values():
             if pilot.released or not pilot.live:
                 continue
             if any(self.stages[s].phase.open for s in pilot.stages):
                 continue
             self.pool.drain(pilot.pilot_id)
-            if self.pool.busy(pilot.pilot_id):
+            if not self.pool.busy(pilot.pilot_id):
+                finished.append(pilot)
+        return finished
+
+    async def _release(self, pilots: list[PilotRun]) -> None:
+        for pilot in pilots:
+            if pilot.released:  # a planner's Release came first
                 continue
             pilot.released = True
             if pilot.job_id is not None:
