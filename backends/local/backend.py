@@ -190,18 +190,17 @@ class LocalBackend:
         return pilot.job_id
 
     async def cancel(self, job_id: str) -> None:
-        pilot = self._pilot(job_id)
-        if pilot.state is JobState.PENDING:
-            self._finish(pilot, JobState.CANCELLED)
-        elif pilot.state is JobState.RUNNING:
-            self._stop(pilot, "cancel")
+        self._end(self._pilot(job_id), "cancel")
 
     async def release(self, job_id: str) -> None:
-        pilot = self._pilot(job_id)
+        self._end(self._pilot(job_id), "release")
+
+    def _end(self, pilot: _Pilot, why: Stop) -> None:
+        """A pending pilot is cancelled; a running one is stopped for ``why``."""
         if pilot.state is JobState.PENDING:
             self._finish(pilot, JobState.CANCELLED)
         elif pilot.state is JobState.RUNNING:
-            self._stop(pilot, "release")
+            self._stop(pilot, why)
 
     async def info(self, job_id: str) -> JobInfo:
         return self._pilot(job_id).info()
