@@ -168,6 +168,8 @@ class Composite:
         self.name = name
         self.resources = resources
         """The resources this sizer allocates; the others stay unreserved (0, wall unbounded)."""
+        self.packed = tuple(r for r in resources if r in PACKED)
+        """Those of them a worker has a fixed amount of."""
         self.worker = worker
         self.minimum = minimum or Resources(wall=0.0)
         self.prior = prior
@@ -179,6 +181,7 @@ class Composite:
         """Largest peak per resource and category."""
         self._killed: dict[tuple[str, Resource], float] = {}
         """Largest value reached by a killed attempt, per category and resource."""
+        self._capacities: dict[Resources, Resources] = {}
 
     def learner(self, category: str) -> CategoryLearner:
         learner = self._learners.get(category)
@@ -249,12 +252,21 @@ class Composite:
         return out
 
     def capacity(self, task: TaskFeatures) -> Resources:
-        """The largest worker ``task`` may run on: the sizer's, or the task's own if smaller."""
-        if task.worker is None:
+        """The largest worker ``task`` may run on: the sizer's, or the task's own if smaller
+        (kept per worker size: every task of a stage asks with the same one)."""
+        own = task.worker
+        if own is None:
             return self.worker
-        return Resources(
-            *(min(self.worker[r], task.worker[r]) for r in ("cores", "memory", "disk", "wall"))
-        )
+        found = self._capacities.get(own)
+        if found is None:
+            mine = self.worker
+            found = self._capacities[own] = Resources(
+                min(mine.cores, own.cores),
+                min(mine.memory, own.memory),
+                min(mine.disk, own.disk),
+                min(mine.wall, own.wall),
+            )
+        return found
 
     def _finish(self, task: TaskFeatures, values: Mapping[Resource, float]) -> Resources:
         """Clamp to [minimum, worker], keep positive, put in the declared sizes."""

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from learners.kill_times import CALIBRATED, LEVELS
-from learners.resources import PACKED, Resources
+from learners.resources import Resources
 from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
 from learners.sizing.budget import BUDGET
 from learners.sizing.composite import Composite
@@ -80,7 +80,7 @@ class Shadow:
         except Unfittable:
             self.kills += 1
             return
-        packed = [r for r in candidate.resources if r in PACKED]
+        packed = candidate.packed
         short = [r for r in packed if r != "cores" and peak[r] > alloc[r] + 1e-9]
         stretch = max(1.0, peak.cores / alloc.cores) if alloc.cores > 0 else 1.0
         retry = alloc
