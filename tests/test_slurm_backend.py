@@ -269,6 +269,33 @@ async def test_lost_release_signal_is_sent_again(jobs, tmp_path):
     assert calls.read_text().count("--signal=TERM") == 2
 
 
+async def test_release_of_a_pilot_that_ended_unseen_is_done_and_its_end_reported(jobs, tmp_path):
+    """Slurm answers "Invalid job id" to a signal for a job that has ended (a plain scancel it
+    accepts), while the backend may still see the job running: its release is done, not an
+    error (one ended that way stopped a run's shutdown and left its other pilots running)."""
+    last, frozen = tmp_path / "squeue-last", tmp_path / "squeue-frozen"
+    lagging = tmp_path / "squeue"
+    lagging.write_text(
+        f'#!/bin/bash\nif [[ -f {frozen} ]]; then cat {frozen}; else squeue "$@" | tee {last}; fi\n'
+    )
+    lagging.chmod(0o755)
+    backend = jobs.backend
+    backend.commands = SlurmCommands(squeue=str(lagging), timeout_s=30)
+    job_id = await backend.submit(jobs.request("pilot"))
+    await jobs.state(job_id, JobState.RUNNING)
+    frozen.write_bytes(last.read_bytes())  # the backend's view stops here: the job runs
+    sh("scancel", job_id)
+    for _ in range(120):
+        if "JobState=CANCELLED" in sh("scontrol", "show", "job", "-o", job_id):
+            break
+        await asyncio.sleep(0.5)
+    refused = subprocess.run(["scancel", "--signal=TERM", job_id], capture_output=True, text=True)
+    assert "invalid job id" in refused.stderr.lower()  # what Slurm answers the release
+    await backend.release(job_id)
+    frozen.unlink()
+    assert (await jobs.state(job_id, JobState.CANCELLED)).end_time is not None
+
+
 async def test_release_ignored_by_worker_ends_in_cancel(jobs, tmp_path):
     stubborn = WorkerLaunch(("bash", "-c", "trap '' TERM; sleep 600"))
     backend = SlurmBackend(

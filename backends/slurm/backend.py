@@ -17,6 +17,7 @@ Debian 12, with 22.05) run older ones, and the commands' output is what stays st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -426,9 +427,13 @@ class SlurmBackend:
                 raise
 
     async def _signal(self, job_id: str) -> None:
+        """SIGTERM to a running job's workers. Slurm answers "Invalid job id" to a signal for
+        a job that is completing or has ended (a plain scancel it accepts): there is nothing
+        left to signal, and the poller reports how the job ended."""
         # Without --full/--batch the signal reaches the job's steps (the workers), not the
         # batch shell; and srun would turn a SIGTERM of its own into a SIGKILL of its tasks.
-        await self._scancel(job_id, "--signal=TERM")
+        with contextlib.suppress(LookupError):
+            await self._scancel(job_id, "--signal=TERM")
 
     async def _run(self, program: str, *args: str, stdin: str | None = None) -> str:
         """Run one command: its stdout, or :class:`_Transient` or :class:`_CommandFailed`."""
