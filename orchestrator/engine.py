@@ -514,11 +514,20 @@ class Engine:
         else:
             raise ValueError(f"unknown engine event {kind!r}")
 
-    async def _settle(self, timeout: float = 600.0) -> None:
-        """Take in job updates until every pilot has ended (or ``timeout`` s passed)."""
+    async def _settle(
+        self, timeout: float = 600.0, unreleased: frozenset[str] = frozenset()
+    ) -> None:
+        """Take in job updates until every pilot has ended (or ``timeout`` s passed), but for
+        the ``unreleased`` jobs, whose release failed."""
         deadline = clock.now() + timeout
         self._wake = deadline
-        while any(p.live and p.job_id for p in self.pilots.values()) and clock.now() < deadline:
+
+        def waiting() -> bool:
+            return any(
+                p.live and p.job_id and p.job_id not in unreleased for p in self.pilots.values()
+            )
+
+        while waiting() and clock.now() < deadline:
             for kind, payload in await self._next_events():
                 self._apply(kind, payload)
 
@@ -1124,13 +1133,18 @@ class Engine:
         """Release every pilot still alive, then record how the run ended.
 
         The backend cancels a pilot still pending: it knows the job's state better than the
-        last update did (a pilot seen pending may have started since).
+        last update did (a pilot seen pending may have started since). A release that fails
+        stops neither the others nor the record of the run; the first failure is raised after.
         """
+        failed: dict[str, Exception] = {}
         for pilot in self.pilots.values():
             if pilot.live and pilot.job_id is not None:
                 pilot.released = True
-                await self.backend.release(pilot.job_id)
-        await self._settle()
+                try:
+                    await self.backend.release(pilot.job_id)
+                except Exception as e:  # the other pilots must not outlive the run
+                    failed[pilot.job_id] = e
+        await self._settle(unreleased=frozenset(failed))
         for task in self._inflight:
             task.cancel()
         if self.sizing is not None:
@@ -1147,6 +1161,8 @@ class Engine:
             summary=summary.as_json(),
         )
         await self.store.flush()
+        if failed:
+            raise next(iter(failed.values()))
 
 
 def _fitted(task: TaskRun, worker: Resources) -> Resources | None:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from backends import clock
-from backends.base import JobState
+from backends.base import BackendError, JobState
 from backends.sim import MockOptions, MockSlurm
 from backends.sim.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS
@@ -176,6 +176,59 @@ def test_a_task_larger_than_any_worker_fails_its_stage_clearly():
     assert summary.status == "failed"
     assert summary.stages[0].end_t is not None
     assert all(JobState(p.state).finished for p in summary.pilots)
+
+
+class FailingRelease(MockSlurm):
+    """The simulated cluster, but the batch system fails the first release it is asked."""
+
+    refused: str | None = None
+
+    async def release(self, job_id: str) -> None:
+        if self.refused is None:
+            self.refused = job_id
+            raise BackendError(f"slurmctld did not answer the release of job {job_id}")
+        await super().release(job_id)
+
+
+def test_a_release_that_fails_at_the_end_leaves_no_other_pilot_and_the_run_recorded():
+    workflow = loads(
+        """
+        name = "chain"
+        [[stage]]
+        name = "big"
+        allocation = { cores = 2, memory = "4G", time = "1h" }
+        tasks = { command = "true", count = 1, cores = 1 }
+        simulate = { duration = "60", memory = "normal(9000, 1)" }
+        [[stage]]
+        name = "next"
+        after = ["big"]
+        allocation = { cores = 2, time = "1h" }
+        tasks = { command = "true", count = 2 }
+        [[stage]]
+        name = "last"
+        after = ["next"]
+        allocation = { cores = 2, time = "1h" }
+        tasks = { command = "true", count = 2 }
+        """
+    )
+
+    async def main():
+        backend = FailingRelease(ClusterSpec(nodes=2, cores_per_node=28, memory_per_node_mb=8000))
+        async with await Store.open(":memory:") as store:
+            with pytest.raises(BackendError, match="did not answer"):
+                config = RunConfig(strategy="asa", sizer="greedy")
+                await execute(workflow, config, store, backend=backend)
+            (run,) = await store.rows("runs")
+            pilots = await store.rows("pilots", {"run_id": run["run_id"]})
+        return backend, run, pilots
+
+    backend, run, pilots = clock.run(main(), virtual=True)
+    assert run["status"] == "failed" and run["ended"] is not None  # the big task fits no worker
+    states = {p["job_id"]: p["state"] for p in pilots}
+    # the pilot of "big" ran when its stage failed and its release failed: it is left; the
+    # pilots of "next" and "last", pending on it, were cancelled all the same
+    assert backend.refused == "1"
+    assert states == {"1": "RUNNING", "2": "CANCELLED", "3": "CANCELLED"}
 
 
 def test_stage_phases_follow_the_dag():
