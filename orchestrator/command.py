@@ -1,12 +1,14 @@
 """The typer app every ``leadtime`` command is built on.
 
-Two conventions over typer's defaults, in one place: ``-h`` works as well as ``--help``, and
-help shows what a value is as a word (``NUMBER``, ``PATH``, an argument's name), never a
-Python type such as ``<bool>``; a flag shows none.
+Conventions over typer's defaults, in one place: ``-h`` works as well as ``--help``; help
+shows what a value is as a word (``NUMBER``, ``PATH``, an argument's name), never a Python
+type such as ``<bool>``, and a flag shows none; a command's help is its docstring as prose,
+lines joined within paragraphs.
 """
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -58,4 +60,17 @@ class App(typer.Typer):
         super().__init__(cls=Group, context_settings=HELP, **options)
 
     def command(self, *args: Any, cls: type[TyperCommand] | None = None, **options: Any) -> Any:
-        return super().command(*args, cls=cls or Command, **options)
+        register = super().command
+
+        def decorator(f: Any) -> Any:
+            if "help" not in options and f.__doc__:
+                options["help"] = _prose(inspect.getdoc(f) or "")
+            return register(*args, cls=cls or Command, **options)(f)
+
+        return decorator
+
+
+def _prose(doc: str) -> str:
+    """A docstring as help: each paragraph's lines joined, as rich help would otherwise break
+    the text where the source's lines end (mid-sentence in the list of commands)."""
+    return "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n"))

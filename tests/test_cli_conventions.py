@@ -147,3 +147,20 @@ def test_a_stage_that_fits_no_node_is_refused_before_anything_runs(tmp_path):
     assert "does not fit nodes of 8000 MB and 28 cores" in message
     assert "nothing was submitted" in message
     assert not store.exists()  # a refused run leaves no store behind
+
+
+def _commands(group):
+    yield from group.registered_commands
+    for sub in group.registered_groups:
+        yield from _commands(sub.typer_instance)
+
+
+def test_a_commands_help_is_prose_not_the_docstrings_line_breaks():
+    """Rich help keeps single line breaks: the list of commands broke mid-sentence where the
+    docstring's lines ended ('one big job, a pilot' / 'per stage')."""
+    helps = {c.callback.__name__: c.help for c in _commands(app)}
+    assert len(helps) >= 12 and all(helps.values())
+    for name, text in helps.items():
+        assert all("\n" not in paragraph for paragraph in text.split("\n\n")), name
+    listed = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    assert "one big job, a pilot per stage, and ASA side by side" in listed
