@@ -486,13 +486,26 @@ def status(
         listed = [{k: r.get(k) for k in LISTED} | {"state": str(runs.state(r))} for r in rows]
         out.print_json(json.dumps(listed))
         return
+    if not rows:
+        out.print(f"no runs in {_existing(db)}", highlight=False, markup=False)
+        return
+    lines = [("run", "workflow", "backend", "strategy", "started", "state", "error")]
     for row in rows:
-        out.print(
-            f"{row['run_id']}  {row['workflow']:<12} {row['backend']:<6} {row['strategy']:<10} "
-            f"{_state(row):<34} {_first_line(row.get('error') or '')}",
-            highlight=False,
-            markup=False,
+        lines.append(
+            (
+                row["run_id"],
+                row["workflow"],
+                row["backend"],
+                row["strategy"],
+                human.wall(row.get("created")),
+                _state(row),
+                _first_line(row.get("error") or ""),
+            )
         )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
+    for line in lines:
+        cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
+        out.print("  ".join([*cells, line[-1]]).rstrip(), highlight=False, markup=False)
 
 
 LISTED = ("run_id", "workflow", "backend", "strategy", "status", "created", "ended", "error")

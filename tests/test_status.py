@@ -183,9 +183,24 @@ def test_status_lists_runs_with_one_line_each_and_as_json(demo):
     db, _, shown = demo
     listed = status(db)
     assert listed.exit_code == 0
-    assert [line.split()[0] for line in listed.output.splitlines()] == [shown["run_id"]]
+    header, *lines = listed.output.splitlines()
+    assert header.split() == ["run", "workflow", "backend", "strategy", "started", "state", "error"]
+    assert [line.split()[0] for line in lines] == [shown["run_id"]]
+    assert lines[0].index(" done") == header.index(" state")  # the columns line up
     (row,) = json.loads(status(db, "--json").output)
     assert (row["run_id"], row["state"], row["workflow"]) == (shown["run_id"], "done", "demo")
+
+
+def test_status_of_a_store_with_no_runs_says_so(tmp_path):
+    db = tmp_path / "store.db"
+
+    async def main():
+        async with await Store.open(db):
+            pass
+
+    clock.run(main(), virtual=False)
+    listed = status(db)
+    assert listed.exit_code == 0 and listed.output == f"no runs in {db}\n"
 
 
 def test_status_of_no_such_run_is_a_one_line_error(demo):
