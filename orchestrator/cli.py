@@ -621,7 +621,7 @@ def _show_attempt(log: tasklogs.AttemptLog, backend: str) -> None:
 @app.command()
 def report(
     run_id: Annotated[str, typer.Argument(help="A run (`leadtime status` lists them).")],
-    out_file: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path(
+    out_file: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path(
         "report.html"
     ),
     db: Db = None,

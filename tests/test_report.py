@@ -236,6 +236,8 @@ def test_report_writes_the_page_of_a_run(cli, tmp_path):
     assert written.exit_code == 0, written.output
     assert str(page) in written.output
     assert _embedded(page.read_text()) == summary
+    short = cli("report", summary["run_id"], "-o", str(tmp_path / "short.html"))
+    assert short.exit_code == 0 and _embedded((tmp_path / "short.html").read_text()) == summary
     unknown = cli("report", "nosuchrun", "--out", str(tmp_path / "no.html"))
     assert unknown.exit_code == 2 and "no run nosuchrun" in unknown.output
     assert not (tmp_path / "no.html").exists()
