@@ -63,9 +63,10 @@ class App(typer.Typer):
         register = super().command
 
         def decorator(f: Any) -> Any:
-            if "help" not in options and f.__doc__:
-                options["help"] = _prose(inspect.getdoc(f) or "")
-            return register(*args, cls=cls or Command, **options)(f)
+            text = options.get("help")
+            if text is None and f.__doc__:
+                text = _prose(inspect.getdoc(f) or "")
+            return register(*args, cls=cls or Command, **{**options, "help": text})(f)
 
         return decorator
 

@@ -182,6 +182,7 @@ class Composite:
         self._killed: dict[tuple[str, Resource], float] = {}
         """Largest value reached by a killed attempt, per category and resource."""
         self._capacities: dict[Resources, Resources] = {}
+        """What :meth:`capacity` found, per size of the task's own worker."""
 
     def learner(self, category: str) -> CategoryLearner:
         learner = self._learners.get(category)
