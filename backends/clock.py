@@ -4,7 +4,7 @@ Simulated runs use :class:`VirtualTimeLoop`, an asyncio event loop whose clock
 jumps to the next scheduled callback whenever nothing is ready, so the same
 engine code runs a day of cluster time in seconds.
 
-The trap of virtual time: while a thread-backed call (aiosqlite, an executor)
+The trap of virtual time: while a thread-backed call (the store's SQLite, an executor)
 is outstanding, the loop looks idle although a result is on its way. Jumping
 the clock then would reorder simulated events. Such calls run inside
 :func:`hold`, which makes the loop wait for real until they finish.

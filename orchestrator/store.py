@@ -1,28 +1,32 @@
 """The run store: every state change is written here before it is acted on.
 
-One SQLite file (aiosqlite, WAL, mode 0600) holds runs, stages, pilots,
+One SQLite file (WAL, mode 0600) holds runs, stages, pilots,
 tasks, attempts, their output, observed queue waits and learner state. Learner state is
 keyed by name and shared by every run that uses the same file, so what one
 workflow learns about the queue serves the next.
 
-Every call runs inside :func:`backends.clock.held`, so simulated time
-stands still while SQLite works in its thread.
+SQLite works in a thread of the store's own, one function per call: a flush of
+many statements and its commit cost the event loop a single hand-off (one per
+statement, as aiosqlite does it, was a third of the manager's CPU per task). A
+virtual-time loop stands still while the thread works (see :mod:`backends.clock`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
-from functools import cache
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache, partial
 from pathlib import Path
-from typing import Any
-
-import aiosqlite
+from typing import Any, TypeVar
 
 from backends import clock
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = 0x4C54494D
@@ -134,10 +138,45 @@ class StoreError(Exception):
         self.path = path
 
 
+class _Connection:
+    """A SQLite connection living in a thread of its own: :meth:`call` runs a function of
+    the connection there and awaits it."""
+
+    def __init__(self, thread: ThreadPoolExecutor, db: sqlite3.Connection) -> None:
+        self._thread = thread
+        self._db = db
+
+    @classmethod
+    async def open(cls, target: str, uri: bool) -> _Connection:
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leadtime-store")
+        loop = asyncio.get_running_loop()
+        try:
+            connect = partial(sqlite3.connect, target, uri=uri)
+            db = await clock.held(loop.run_in_executor(thread, connect))
+        except BaseException:
+            thread.shutdown(wait=False)
+            raise
+        return cls(thread, db)
+
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await clock.held(loop.run_in_executor(self._thread, fn, self._db))
+
+    async def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        values = tuple(params)
+        return await self.call(lambda db: db.execute(sql, values).fetchall())
+
+    async def close(self) -> None:
+        try:
+            await self.call(sqlite3.Connection.close)
+        finally:
+            self._thread.shutdown(wait=False)
+
+
 class Store:
     """An open store. Use :meth:`open`; close with :meth:`close` or ``async with``."""
 
-    def __init__(self, db: aiosqlite.Connection, path: Path | None) -> None:
+    def __init__(self, db: _Connection, path: Path | None) -> None:
         self._db = db
         self.path = path
         self._pending: dict[tuple[str, tuple[Any, ...]], dict[str, Any]] = {}
@@ -155,19 +194,17 @@ class Store:
         ``readonly`` opens an existing store for reading only.
         """
         if path == ":memory:":
-            db = await clock.held(aiosqlite.connect(":memory:"))
-            store = cls(db, None)
+            store = cls(await _Connection.open(":memory:", uri=False), None)
             await store._setup()
             return store
         target = Path(path) if path is not None else default_path()
         created = _vet(target, readonly)
         uri = f"file:{target.absolute()}" + ("?mode=ro" if readonly else "")
-        db = await clock.held(aiosqlite.connect(uri, uri=True))
-        store = cls(db, target)
+        store = cls(await _Connection.open(uri, uri=True), target)
         try:
             if readonly:
-                cursor = await store._exec("SELECT name FROM sqlite_master WHERE type='table'")
-                store._absent = set(TABLES) - {r[0] for r in await clock.held(cursor.fetchall())}
+                found = await store._db.query("SELECT name FROM sqlite_master WHERE type='table'")
+                store._absent = set(TABLES) - {r[0] for r in found}
             else:
                 await store._setup()
         except BaseException:
@@ -178,41 +215,16 @@ class Store:
         return store
 
     async def _setup(self) -> None:
-        cursor = await self._exec("PRAGMA application_id")
-        if (await clock.held(cursor.fetchone())) != (APPLICATION_ID,):
-            await self._exec(f"PRAGMA application_id={APPLICATION_ID}")
-        await self._exec("PRAGMA journal_mode=WAL")
-        await self._exec("PRAGMA synchronous=NORMAL")
-        await self._exec("PRAGMA busy_timeout=5000")
-        for table, (keys, cols) in TABLES.items():
-            columns = ", ".join((*keys, *cols))
-            await self._exec(
-                f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(keys)}))"
-            )
-            cursor = await self._exec(f"PRAGMA table_info({table})")
-            present = {row[1] for row in await clock.held(cursor.fetchall())}
-            for column in cols:  # a store made by an earlier version lacks the newer columns
-                if column not in present:
-                    await self._exec(f"ALTER TABLE {table} ADD COLUMN {column}")
-        cursor = await self._exec("PRAGMA user_version")
-        if (await clock.held(cursor.fetchone())) != (SCHEMA_VERSION,):  # an open writes nothing
-            await self._exec(f"PRAGMA user_version={SCHEMA_VERSION}")
-        await self._commit()
+        await self._db.call(_setup)
 
     async def close(self) -> None:
-        await clock.held(self._db.close())
+        await self._db.close()
 
     async def __aenter__(self) -> Store:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    async def _exec(self, sql: str, params: Iterable[Any] = ()) -> aiosqlite.Cursor:
-        return await clock.held(self._db.execute(sql, tuple(params)))
-
-    async def _commit(self) -> None:
-        await clock.held(self._db.commit())
 
     def stage(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:
         """Queue an upsert of one row; :meth:`flush` writes the queue in one transaction.
@@ -233,10 +245,13 @@ class Store:
         for (table, key), fields in pending.items():
             sql = _upsert_sql(table, TABLES[table][0], tuple(fields))
             statements.setdefault(sql, []).append((*key, *fields.values()))
-        async with clock.hold():
-            for sql, rows in statements.items():
-                await self._db.executemany(sql, rows)
-            await self._db.commit()
+
+        def write(db: sqlite3.Connection) -> None:
+            with db:  # one transaction: committed, or rolled back if a statement fails
+                for sql, rows in statements.items():
+                    db.executemany(sql, rows)
+
+        await self._db.call(write)
 
     async def put(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:
         """Write one row now (with anything already queued)."""
@@ -267,14 +282,18 @@ class Store:
             sql += f" ORDER BY {order}"
         if table in self._absent:
             return []
-        cursor = await self._exec(sql, [*where.values(), *since.values()])
-        names = [d[0] for d in cursor.description]
-        found = await clock.held(cursor.fetchall())
+        params = (*where.values(), *since.values())
+
+        def select(db: sqlite3.Connection) -> tuple[list[str], list[tuple[Any, ...]]]:
+            cursor = db.execute(sql, params)
+            return [d[0] for d in cursor.description], cursor.fetchall()
+
+        names, found = await self._db.call(select)
         return [{n: _decode(n, v) for n, v in zip(names, row, strict=True)} for row in found]
 
     async def task_durations(self, workflow: str, backend: str) -> dict[str, float]:
         """Mean wall time of successful attempts per stage, over earlier runs of ``workflow``."""
-        cursor = await self._exec(
+        found = await self._db.query(
             "SELECT t.stage, AVG(a.end_t - a.start_t) FROM attempts a "
             "JOIN tasks t ON t.run_id = a.run_id AND t.task_id = a.task_id "
             "JOIN runs r ON r.run_id = a.run_id "
@@ -282,14 +301,14 @@ class Store:
             "GROUP BY t.stage",
             (workflow, backend),
         )
-        return dict(await clock.held(cursor.fetchall()))
+        return dict(found)
 
     async def task_runs(
         self, workflow: str, backend: str, latest: int
     ) -> dict[str, list[tuple[float, float | None]]]:
         """Run time and allocated cores of the ``latest`` successful attempts per stage, over
         earlier runs of ``workflow``: what an automatic allocation sizes its pilot by."""
-        cursor = await self._exec(
+        rows = await self._db.query(
             "SELECT t.stage, a.end_t - a.start_t, a.allocation "
             "FROM attempts a "
             "JOIN tasks t ON t.run_id = a.run_id AND t.task_id = a.task_id "
@@ -299,7 +318,7 @@ class Store:
             (workflow, backend),
         )
         found: dict[str, list[tuple[float, float | None]]] = {}
-        for stage, wall, allocation in await clock.held(cursor.fetchall()):
+        for stage, wall, allocation in rows:
             cores = (_decode("allocation", allocation) or {}).get("cores")
             found.setdefault(stage, []).append((float(wall), cores))
         return {stage: runs[-latest:] for stage, runs in found.items()}
@@ -317,33 +336,50 @@ class Store:
         """Replace learner ``name``'s state by ``update(state)`` in one transaction, so that
         two runs sharing the store never lose each other's updates; the new state."""
         await self.flush()
-        async with clock.hold():
-            await self._db.execute("BEGIN IMMEDIATE")
-            try:
-                cursor = await self._db.execute(
-                    "SELECT state FROM learners WHERE name = ?", (name,)
-                )
-                row = await cursor.fetchone()
+
+        def transact(db: sqlite3.Connection) -> dict[str, Any]:
+            db.execute("BEGIN IMMEDIATE")
+            with db:
+                row = db.execute("SELECT state FROM learners WHERE name = ?", (name,)).fetchone()
                 state = update(None if row is None else _decode("state", row[0]))
-                await self._db.execute(
+                db.execute(
                     _upsert_sql("learners", ("name",), ("state", "updated")),
                     (name, _encode("state", state), clock.wall()),
                 )
-                await self._db.commit()
-            except BaseException:
-                await self._db.rollback()
-                raise
+            return state
+
+        state = await self._db.call(transact)
         return state
 
     async def learners(self, prefix: str) -> dict[str, dict[str, Any]]:
         """Every learner state whose name starts with ``prefix``, by name."""
-        cursor = await self._exec(
+        found = await self._db.query(
             "SELECT name, state FROM learners WHERE substr(name, 1, ?) = ? ORDER BY name",
             (len(prefix), prefix),
         )
-        return {
-            name: _decode("state", state) for name, state in await clock.held(cursor.fetchall())
-        }
+        return {name: _decode("state", state) for name, state in found}
+
+
+def _setup(db: sqlite3.Connection) -> None:
+    """Make ``db`` a store of this version: its identity, pragmas and tables, and the
+    columns an earlier version's tables lack."""
+    if db.execute("PRAGMA application_id").fetchone() != (APPLICATION_ID,):
+        db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA busy_timeout=5000")
+    for table, (keys, cols) in TABLES.items():
+        columns = ", ".join((*keys, *cols))
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(keys)}))"
+        )
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for column in cols:
+            if column not in present:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+    if db.execute("PRAGMA user_version").fetchone() != (SCHEMA_VERSION,):  # an open writes nothing
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    db.commit()
 
 
 @cache
