@@ -19,6 +19,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,10 +33,11 @@ from orchestrator import autoalloc, human
 from orchestrator.agent import footprint
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
 from orchestrator.breaker import Breaker
+from orchestrator.events import AttemptEnded, Event, JobChanged, WorkerJoined, WorkerLost
 from orchestrator.forecast import Durations, forecast_end
 from orchestrator.planner import Cancel, Phase, PilotView, Planner, Release, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
-from orchestrator.runs import HEARTBEAT_S, Manager, SavedRun
+from orchestrator.runs import HEARTBEAT_S, Manager, RunState, SavedRun
 from orchestrator.sizing_state import SizingState
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
@@ -79,11 +81,20 @@ class WorkerSource(Protocol):
         ...
 
 
+class TaskState(StrEnum):
+    """Where a task is in the run (``tasks.state`` in the store)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
 @dataclass
 class TaskRun:
     task: Task
     features: TaskFeatures
-    state: str = "queued"
+    state: TaskState = TaskState.QUEUED
     attempts: int = 0
     running: int | None = None
     """The attempt in flight: the only one whose result counts."""
@@ -206,12 +217,12 @@ class Engine:
         """Notes taken since the start (``notes`` keeps the last 50)."""
         self._standing: frozenset[str] = frozenset()
         """The planner's notes of the last pass: repeated ones are not noted again."""
-        self.status = "running"
+        self.status = RunState.RUNNING
         self.error: str | None = None
         self.recorded = False
         """The store holds the run (a resume could take it up)."""
         self.breaker = Breaker()
-        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._inflight: set[asyncio.Task[None]] = set()
         self._wake: float | None = None
         self._t0 = 0.0
@@ -226,9 +237,9 @@ class Engine:
 
     # ---- public -------------------------------------------------------------
 
-    def post(self, kind: str, payload: Any) -> None:
-        """Hand the engine an event from outside (e.g. a remote worker joined or was lost)."""
-        self._events.put_nowait((kind, payload))
+    def post(self, event: Event) -> None:
+        """Hand the engine an event (e.g. from a worker source: a worker joined or was lost)."""
+        self._events.put_nowait(event)
 
     def now(self) -> float:
         """Seconds since the run started."""
@@ -241,7 +252,7 @@ class Engine:
             try:
                 await self._preflight()
             except Refused as e:
-                self.status, self.error = "failed", str(e)
+                self.status, self.error = RunState.FAILED, str(e)
                 raise
         await self._record_start()
         pump = asyncio.create_task(self._pump_updates())
@@ -253,16 +264,16 @@ class Engine:
                         self._set_phase(stage, Phase.READY)
             else:
                 await self._take_over(self._restored)
-            while self.status == "running":
+            while self.status == RunState.RUNNING:
                 await self._pass()
-                if self.status != "running":
+                if self.status != RunState.RUNNING:
                     break
-                for kind, payload in await self._next_events():
-                    self._apply(kind, payload)
+                for event in await self._next_events():
+                    self._apply(event)
         except BaseException as e:
-            if self.status == "running":
+            if self.status == RunState.RUNNING:
                 stopped = isinstance(e, asyncio.CancelledError | KeyboardInterrupt)
-                self.status = "interrupted" if stopped else "failed"
+                self.status = RunState.INTERRUPTED if stopped else RunState.FAILED
                 self.error = self.error or (
                     "interrupted" if stopped else f"{type(e).__name__}: {e}"
                 )
@@ -285,7 +296,7 @@ class Engine:
         phases = {row["stage"]: Phase(row["state"]) for row in saved.stages}
         for stage in self.stages.values():
             for task in stage.tasks:
-                if tasks.get(task.task.id, {}).get("state") != "done":
+                if tasks.get(task.task.id, {}).get("state") != TaskState.DONE:
                     continue
                 gone = phases[stage.spec.name].open and footprint.missing(
                     self.workdir, task.task.outputs
@@ -294,7 +305,7 @@ class Engine:
                     lost = ", ".join(gone)
                     self._note(f"task {task.task.id}: done, but {lost} is gone: run again")
                     continue
-                task.state = "done"
+                task.state = TaskState.DONE
                 task.running = None
                 stage.done += 1
         for row in saved.stages:
@@ -302,7 +313,7 @@ class Engine:
             stage.phase = Phase(row["state"])
             stage.ready_t, stage.start_t, stage.end_t = row["ready_t"], row["start_t"], row["end_t"]
             if stage.phase in (Phase.READY, Phase.RUNNING):
-                stage.queue.extend(t for t in stage.tasks if t.state == "queued")
+                stage.queue.extend(t for t in stage.tasks if t.state == TaskState.QUEUED)
         now = clock.now()
         for worker_id, specs in self._expected.items():  # before any worker can register
             for spec in specs:
@@ -323,7 +334,7 @@ class Engine:
         stage.attempts += 1
         allocation = Resources(**row["allocation"]) if row["allocation"] else None
         if outcome == "running" and allocation is not None and row["worker"]:
-            task.state, task.running = "running", attempt
+            task.state, task.running = TaskState.RUNNING, attempt
             stage.running[(task.task.id, attempt)] = row["start_t"] or 0.0
             spec = self._spec(task, attempt, allocation)
             self._expected.setdefault(row["worker"], []).append(spec)
@@ -403,7 +414,7 @@ class Engine:
     def _follow(self, worker: Any, spec: AttemptSpec, since: float) -> None:
         async def attempt() -> None:
             result = await worker.follow((spec.task_id, spec.attempt), since)
-            self.post("result", (worker, spec, result))
+            self.post(AttemptEnded(worker, spec, result))
 
         self._spawn(attempt())
 
@@ -435,7 +446,7 @@ class Engine:
             self.run_id,
             self.workflow.name,
             self.options.strategy,
-            self.status,
+            str(self.status),
             end,
             stages,
             pilots,
@@ -446,7 +457,7 @@ class Engine:
 
     async def _pass(self) -> None:
         self._advance_phases()
-        if self.status != "running":
+        if self.status != RunState.RUNNING:
             await self.store.flush()
             return
         plan = self.planner.decide(self.now(), self._stage_views(), self._pilot_views())
@@ -491,7 +502,7 @@ class Engine:
             self._commit_due = now + GROUP_COMMIT_S
         await self.store.flush()
 
-    async def _next_events(self) -> list[tuple[str, Any]]:
+    async def _next_events(self) -> list[Event]:
         timeout = None if self._wake is None else max(0.0, self._wake - clock.now())
         try:
             first = await asyncio.wait_for(self._events.get(), timeout)
@@ -502,17 +513,16 @@ class Engine:
             events.append(self._events.get_nowait())
         return events
 
-    def _apply(self, kind: str, payload: Any) -> None:
-        if kind == "job":
-            self._on_job(payload)
-        elif kind == "result":
-            self._on_result(*payload)
-        elif kind == "join":
-            self._on_join(payload)
-        elif kind == "lost":
-            self._on_lost_worker(payload)
-        else:
-            raise ValueError(f"unknown engine event {kind!r}")
+    def _apply(self, event: Event) -> None:
+        match event:
+            case JobChanged(info):
+                self._on_job(info)
+            case AttemptEnded(worker, spec, result):
+                self._on_result(worker, spec, result)
+            case WorkerJoined(worker):
+                self._on_join(worker)
+            case WorkerLost(worker_id):
+                self._on_lost_worker(worker_id)
 
     async def _settle(
         self, timeout: float = 600.0, unreleased: frozenset[str] = frozenset()
@@ -528,12 +538,12 @@ class Engine:
             )
 
         while waiting() and clock.now() < deadline:
-            for kind, payload in await self._next_events():
-                self._apply(kind, payload)
+            for event in await self._next_events():
+                self._apply(event)
 
     async def _pump_updates(self) -> None:
         async for info in self.backend.updates():
-            self.post("job", info)
+            self.post(JobChanged(info))
 
     # ---- stages ---------------------------------------------------------------
 
@@ -542,7 +552,7 @@ class Engine:
         now = self.now()
         if phase == Phase.READY:
             stage.ready_t = now
-            stage.queue.extend(t for t in stage.tasks if t.state == "queued")
+            stage.queue.extend(t for t in stage.tasks if t.state == TaskState.QUEUED)
         elif phase == Phase.RUNNING and stage.start_t is None:
             stage.start_t = now
         elif phase in (Phase.DONE, Phase.FAILED):
@@ -567,9 +577,9 @@ class Engine:
             if stage.phase.open and stage.done == len(stage.tasks):
                 self._set_phase(stage, Phase.DONE)
         if any(s.phase == Phase.FAILED for s in self.stages.values()):
-            self.status = "failed"
+            self.status = RunState.FAILED
         elif all(s.phase == Phase.DONE for s in self.stages.values()):
-            self.status = "done"
+            self.status = RunState.DONE
             self._end_t = self.now()
 
     def _stage_view_now(self, s: StageRun) -> StageView:
@@ -846,8 +856,8 @@ class Engine:
             done, joined=pilot.joined > 0, released=pilot.released, now=self.now(),
             state=str(info.state), reason=info.reason,
         )  # fmt: skip
-        if failed and self.status == "running":
-            self.error, self.status = failed, "failed"
+        if failed and self.status == RunState.RUNNING:
+            self.error, self.status = failed, RunState.FAILED
             self._note(failed)
         if info.state == JobState.COMPLETED:
             return
@@ -932,7 +942,7 @@ class Engine:
     def _start(self, stage: StageRun, task: TaskRun, slot: Slot) -> AttemptSpec:
         assert task.allocation is not None
         task.attempts += 1
-        task.state = "running"
+        task.state = TaskState.RUNNING
         task.running = task.attempts
         stage.attempts += 1
         stage.last_allocation = task.allocation
@@ -960,7 +970,7 @@ class Engine:
     def _launch(self, worker: Worker, spec: AttemptSpec) -> None:
         async def attempt() -> None:
             result = await worker.run(spec)
-            self.post("result", (worker, spec, result))
+            self.post(AttemptEnded(worker, spec, result))
 
         self._spawn(attempt())
 
@@ -982,7 +992,9 @@ class Engine:
             return  # else a result told twice (a worker resends what a dead manager heard)
         task_run.running = None
         why = cause(result, spec.allocation)
-        if why is not None and self.status == "running":  # not the attempts a run's end stops
+        if (
+            why is not None and self.status == RunState.RUNNING
+        ):  # not the attempts a run's end stops
             stage.causes[cause_kind(result)] += 1
         self.store.stage(
             "attempts",
@@ -1000,7 +1012,7 @@ class Engine:
             self.store.stage("outputs", key, **output)
         task_run.allocation = None
         if result.outcome == Outcome.SUCCESS:
-            task_run.state = "done"
+            task_run.state = TaskState.DONE
             stage.done += 1
             stage.durations.add(result.peak.wall)
             self.sizer.observe(
@@ -1037,21 +1049,21 @@ class Engine:
             {"run_id": self.run_id, "task_id": spec.task_id},
             stage=stage.spec.name,
             category=task_run.task.category,
-            state=task_run.state,
+            state=str(task_run.state),
             attempts=task_run.attempts,
         )
 
     def _requeue(self, stage: StageRun, task: TaskRun) -> None:
-        task.state = "queued"
+        task.state = TaskState.QUEUED
         stage.queue.appendleft(task)
 
     def _fail(self, stage: StageRun, task: TaskRun, why: str) -> None:
         """The task cannot succeed: its stage, and so the run, failed (no event may follow)."""
-        task.state = "failed"
+        task.state = TaskState.FAILED
         self.error = f"task {task.task.id}: {why}"
         self._note(self.error)
         self._set_phase(stage, Phase.FAILED)
-        self.status = "failed"
+        self.status = RunState.FAILED
 
     def _task(self, task_id: str) -> TaskRun:
         stage_name, index = task_id.rsplit(".", 1)
@@ -1098,7 +1110,9 @@ class Engine:
                     self.stages[name].earlier = found
         manager = {"manager": Manager.this().as_json(), "heartbeat": clock.wall()}
         if self._restored is not None:
-            self.store.stage("runs", {"run_id": self.run_id}, status="running", **manager)
+            self.store.stage(
+                "runs", {"run_id": self.run_id}, status=str(RunState.RUNNING), **manager
+            )
             await self.store.flush()
             self.recorded = True
             return
@@ -1112,7 +1126,7 @@ class Engine:
             sizer=self.options.sizer,
             seed=self.options.seed,
             scale=self.options.scale,
-            status="running",
+            status=str(RunState.RUNNING),
             created=clock.wall(),
             run_dir=str(self.run_dir),
             **self._record,
@@ -1155,7 +1169,7 @@ class Engine:
         self.store.stage(
             "runs",
             {"run_id": self.run_id},
-            status=self.status,
+            status=str(self.status),
             error=self.error,
             ended=clock.wall(),
             summary=summary.as_json(),

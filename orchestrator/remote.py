@@ -2,21 +2,21 @@
 
 A real pilot's workers start on its nodes and register with the run's
 :class:`~orchestrator.manager.Manager`; the pilot's start brings none at
-once. Each registration becomes a ``join`` event of the engine, each worker
-that leaves (released, disconnected, silent past its heartbeats) a ``lost``
-one, whose running attempts the manager has already answered LOST.
+once. Each registration becomes a :class:`~orchestrator.events.WorkerJoined` event of the
+engine, each worker that leaves (released, disconnected, silent past its heartbeats) a
+:class:`~orchestrator.events.WorkerLost` one, whose running attempts the manager has already
+answered LOST.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from backends.base import JobInfo
+from orchestrator.events import Post, WorkerJoined, WorkerLost
 from orchestrator.manager import Manager, RemoteWorker
-
-Post = Callable[[str, Any], None]
 
 
 class RemoteWorkers:
@@ -51,8 +51,8 @@ class RemoteWorkers:
     def _joined(self, worker: RemoteWorker) -> None:
         if self._post is None:
             raise RuntimeError(f"worker {worker.id} joined before the engine was attached")
-        self._post("join", worker)
+        self._post(WorkerJoined(worker))
 
     def _left(self, worker: RemoteWorker, reason: str) -> None:
         if self._post is not None:
-            self._post("lost", worker.id)
+            self._post(WorkerLost(worker.id))

@@ -373,7 +373,9 @@ async def _execute(
         await run.start()
         return await engine.run()
     finally:
-        if engine.status != "running" or not engine.recorded:  # nothing a resume would take up
+        if (
+            engine.status != RunState.RUNNING or not engine.recorded
+        ):  # nothing a resume would take up
             run.end()
 
 
