@@ -30,7 +30,8 @@ from orchestrator.planner import Phase
 from orchestrator.report import causes_text
 
 if TYPE_CHECKING:
-    from orchestrator.engine import Engine, PilotRun
+    from orchestrator.engine import Engine
+    from orchestrator.runstate import PilotRun
 
 PHASE_STYLE = {
     "waiting": "dim",
@@ -57,7 +58,7 @@ def render(engine: Engine) -> Group:
     sizes = Table(title="tasks sized now", title_justify="left", box=None)
     for column in ("stage", *RESOURCES):
         sizes.add_column(column, justify="left" if column == "stage" else "right")
-    for name, s in engine.stages.items():
+    for name, s in engine.state.stages.items():
         total = len(s.tasks)
         stages.add_row(
             name,
@@ -84,7 +85,7 @@ def render(engine: Engine) -> Group:
     for column in ("pilot", "job", "cores", "state", "submitted", "predicted wait", "waited",
                    "prediction"):  # fmt: skip
         pilots.add_column(column)
-    for p in engine.pilots.values():
+    for p in engine.state.pilots.values():
         info = p.info
         state = "submitting" if info is None else str(info.state).lower()
         if info is not None and info.reason and state == "pending":
@@ -101,7 +102,7 @@ def render(engine: Engine) -> Group:
             _waited(p),
             {True: "hit", False: Text("over-predicted", style="yellow"), None: ""}[p.hit],
         )
-    notes = Text("\n".join(_line(t, text) for t, text in list(engine.notes)[-6:]))
+    notes = Text("\n".join(_line(t, text) for t, text in list(engine.state.notes)[-6:]))
     shown = [head, stages, *([sizes] if sizes.rows else []), pilots]
     return Group(*shown, Text("decisions", style="bold"), notes)
 
@@ -202,14 +203,14 @@ class DecisionLog:
 
     def __call__(self, engine: Engine) -> None:
         self._engine, self._now = engine, engine.now()
-        fresh = min(engine.notes_total - self._printed, len(engine.notes))
-        for t, text in list(engine.notes)[len(engine.notes) - fresh :]:
+        fresh = min(engine.state.notes_total - self._printed, len(engine.state.notes))
+        for t, text in list(engine.state.notes)[len(engine.state.notes) - fresh :]:
             self._say(t, text)
-        self._printed = engine.notes_total
+        self._printed = engine.state.notes_total
         self._trouble(engine, self._now)
 
     def _trouble(self, engine: Engine, now: float, final: bool = False) -> None:
-        for name, stage in engine.stages.items():
+        for name, stage in engine.state.stages.items():
             told, when = self._told.get(name, (Counter(), -math.inf))
             if stage.causes == told or (not final and now - when < self._every_s):
                 continue

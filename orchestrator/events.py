@@ -2,8 +2,9 @@
 
 The batch system reports its jobs, worker sources report the workers that join
 and leave, and every attempt's end comes back from its worker. Each reaches the
-engine through :meth:`~orchestrator.engine.Engine.post`, whatever task or thread
-saw it, and the engine applies them in the order they came.
+engine through :meth:`~orchestrator.engine.Engine.post`, whatever task saw it,
+and the engine applies them to the run's state in the order they came, each
+batch after a :class:`Tick` that gives the time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from dataclasses import dataclass
 from backends.base import JobInfo
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.pool import Worker
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The loop's clock reads ``t``: the time of what follows, until the next tick."""
+
+    t: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +54,6 @@ class AttemptEnded:
     result: AttemptResult
 
 
-Event = JobChanged | WorkerJoined | WorkerLost | AttemptEnded
+Event = Tick | JobChanged | WorkerJoined | WorkerLost | AttemptEnded
 Post = Callable[[Event], None]
 """How an event reaches the engine."""

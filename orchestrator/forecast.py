@@ -11,9 +11,16 @@ that has already run long is expected to run longer, not to end at once.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from orchestrator.planner import Phase
+
+if TYPE_CHECKING:
+    from orchestrator.runstate import StageRun
 
 
 class Durations:
@@ -123,3 +130,50 @@ def forecast_end(
     free[slots - len(left) :] = np.sort(left)
     base, extra = divmod(queued, slots)
     return now + float(np.max(free + (base + (np.arange(slots) < extra)) * mean))
+
+
+def stage_ends(
+    stages: Mapping[str, StageRun], now: float, progress_end: Callable[[StageRun], float]
+) -> dict[str, float]:
+    """Forecast end (run time) of every open stage that an open stage waits for: the
+    planner asks no other, and a forecast costs a pass as many steps as tasks run.
+
+    A running stage ends when ``progress_end`` says; a later one starts when
+    the stages it waits for are forecast to end and lasts as long as its
+    tasks take on its own allocation, by the durations seen (in this run
+    or earlier ones), or its time limit while nothing is known.
+    """
+    ends: dict[str, float] = {}
+
+    def end(name: str) -> float:
+        if name not in ends:
+            stage = stages[name]
+            if not stage.phase.open:
+                ends[name] = stage.end_t if stage.end_t is not None else now
+            elif stage.phase == Phase.RUNNING:
+                ends[name] = progress_end(stage)
+            else:
+                start = max([now, *(end(a) for a in stage.spec.after)])
+                ends[name] = start + expected_length(stage)
+        return ends[name]
+
+    for stage in stages.values():
+        if stage.phase.open:
+            for name in stage.spec.after:
+                end(name)
+    return {name: t for name, t in ends.items() if stages[name].phase.open}
+
+
+def progress_end(stage: StageRun, now: float, slots: int) -> float | None:
+    """A running stage's end from its progress on ``slots`` (None while nothing is known)."""
+    elapsed = now - np.fromiter(stage.running.values(), float, len(stage.running))
+    return forecast_end(now, stage.durations, elapsed, len(stage.queue), slots)
+
+
+def expected_length(stage: StageRun) -> float:
+    """How long a stage not yet started should take on its own allocation."""
+    cores = stage.tasks[0].task.declared.get("cores", 1.0) if stage.tasks else 1.0
+    slots = max(1, int(stage.spec.allocation.cores // max(cores, 1e-9)))
+    remaining = len(stage.tasks) - stage.done
+    end = forecast_end(0.0, stage.durations, [], remaining, slots)
+    return stage.spec.allocation.time_limit_s if end is None else end

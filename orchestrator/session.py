@@ -31,10 +31,11 @@ from orchestrator.agent import protocol
 from orchestrator.agent import worker as agent
 from orchestrator.autoalloc import Node, with_fallbacks
 from orchestrator.elastic import DEFAULT_COST
-from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource, request_of
+from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
 from orchestrator.manager import Manager, host_address
 from orchestrator.planner import AutoFit, Planner, make_planner
 from orchestrator.pool import Pool
+from orchestrator.recorder import request_of
 from orchestrator.remote import RemoteWorkers
 from orchestrator.runs import RunState, SavedRun
 from orchestrator.simulate import SimulatedWorkers, task_truths
@@ -374,7 +375,7 @@ async def _execute(
         return await engine.run()
     finally:
         if (
-            engine.status != RunState.RUNNING or not engine.recorded
+            engine.state.status != RunState.RUNNING or not engine.recorded
         ):  # nothing a resume would take up
             run.end()
 

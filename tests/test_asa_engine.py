@@ -46,7 +46,7 @@ def test_a_proactive_pilot_is_pending_on_its_dependency_until_the_stage_before_e
     seen = []
 
     def watch(engine: Engine) -> None:
-        pilot = engine.pilots.get("second-1")
+        pilot = engine.state.pilots.get("second-1")
         if pilot is not None and pilot.info is not None:
             seen.append((engine.now(), str(pilot.info.state), pilot.info.reason))
 

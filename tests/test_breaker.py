@@ -8,8 +8,8 @@ from backends.local import LocalOptions
 from backends.sim import MockOptions, MockSlurm
 from backends.sim.workload import ClusterSpec
 from orchestrator.breaker import IN_A_ROW, PER_MINUTE, Breaker
-from orchestrator.engine import PilotRun
 from orchestrator.pool import Worker
+from orchestrator.runstate import PilotRun
 from orchestrator.session import RunConfig, execute, run_simulated
 from orchestrator.store import Store
 from workflows.spec import Allocation, Stage, TaskTemplate, Workflow, loads

@@ -30,14 +30,14 @@ def demo(observer) -> None:
 
 def queued(engine: Engine) -> bool:
     """Simulate's pilot queues for its cores, its dependency met."""
-    pilot = engine.pilots.get("simulate-1")
+    pilot = engine.state.pilots.get("simulate-1")
     info = None if pilot is None else pilot.info
     return info is not None and info.eligible_time is not None and info.start_time is None
 
 
 def killing(engine: Engine) -> bool:
     """Simulate's tasks run, and some were killed for memory."""
-    return engine.stages["simulate"].causes["memory"] > 0
+    return engine.state.stages["simulate"].causes["memory"] > 0
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +52,8 @@ def frames():
             return
         console = Console(width=130, record=True, file=io.StringIO())
         console.print(render(engine))
-        simulate = engine.stages["simulate"]
-        pilot = engine.pilots["simulate-1"]
+        simulate = engine.state.stages["simulate"]
+        pilot = engine.state.pilots["simulate-1"]
         facts = {
             "now": clock.now(),
             "causes": dict(simulate.causes),
@@ -123,7 +123,7 @@ def test_off_a_terminal_a_stage_s_trouble_is_logged_at_a_bounded_rate_and_once_a
     assert all(total == memory for _, total, memory in lines)  # all of them killed for memory
     counts = [int(n) for _, n, _ in lines]
     assert counts == sorted(counts) and len(set(counts)) == len(counts)  # only when it changes
-    assert counts[-1] == ends[0].stages["simulate"].causes["memory"]
+    assert counts[-1] == ends[0].state.stages["simulate"].causes["memory"]
     seconds = [_seconds(t) for t, _, _ in lines]
     gaps = [b - a for a, b in pairwise(seconds[:-1])]
     assert all(gap >= 300 - 1 for gap in gaps)  # the last line is the end's, whenever it comes

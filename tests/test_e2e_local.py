@@ -152,7 +152,7 @@ def test_a_worker_killed_mid_task_loses_it_and_the_task_completes_elsewhere(tmp_
     killed: list[int] = []
 
     def observer(engine):
-        if not killed and any(s.running for s in engine.stages.values()):
+        if not killed and any(s.running for s in engine.state.stages.values()):
             killed.append(0)
             asyncio.get_running_loop().call_later(0.4, kill_a_worker)
 
@@ -436,7 +436,7 @@ def test_ten_worker_kills_lose_no_task_and_complete_none_twice(tmp_path):
         Some task finishes between two kills: pilots killed before any could would stop the
         run by design (the circuit breaker), which a slow machine would otherwise provoke."""
         now = clock.now()
-        done = engine.stages["work"].done
+        done = engine.state.stages["work"].done
         ripe = [
             w
             for w in engine.source.manager.workers.values()

@@ -162,9 +162,9 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
         for worker in engine.source.manager.workers.values():
             time_left.setdefault(worker.id, worker.end_time - clock.now())
             capacity[worker.pilot_id] = (worker.capacity.cores, worker.capacity.memory)
-        if seen or engine.stages["gen"].phase is not Phase.RUNNING:
+        if seen or engine.state.stages["gen"].phase is not Phase.RUNNING:
             return
-        square = [p for p in engine.pilots.values() if "square" in p.stages and p.job_id]
+        square = [p for p in engine.state.pilots.values() if "square" in p.stages and p.job_id]
         if square:
             state = sh("squeue", "--noheader", "-j", square[0].job_id, "--format=%T %r")
             seen["square"] = state.strip()
@@ -260,7 +260,7 @@ def test_a_pilot_cancelled_mid_stage_is_replaced_and_its_tasks_complete(tmp_path
     cancelled: list[str] = []
 
     def observer(engine):
-        running = [p for p in engine.pilots.values() if engine.pool.busy(p.pilot_id)]
+        running = [p for p in engine.state.pilots.values() if engine.state.pool.busy(p.pilot_id)]
         if not cancelled and running:
             cancelled.append(running[0].job_id)
             sh("scancel", running[0].job_id)
@@ -422,7 +422,7 @@ def test_a_controller_outage_mid_run_is_waited_out_without_duplicate_pilots(
             sh(slurm_local, "start-ctld")
 
     def observer(engine):
-        if not outage and engine.stages["gen"].phase is Phase.RUNNING:
+        if not outage and engine.state.stages["gen"].phase is Phase.RUNNING:
             outage.append(threading.Thread(target=stop_for_30_s))
             outage[0].start()
 
@@ -462,7 +462,7 @@ def test_the_secret_reaches_workers_only_through_a_private_file(tmp_path, cluste
         if looked or not workers:
             return
         secret = engine.source.manager.secret.hex()
-        (pilot,) = engine.pilots.values()
+        (pilot,) = engine.state.pilots.values()
         looked["mode"] = secret_file.stat().st_mode & 0o777
         looked["file"] = secret_file.read_text().strip() == secret
         looked["script"] = sh("scontrol", "write", "batch_script", pilot.job_id, "-")
@@ -545,7 +545,7 @@ def test_five_pilot_cancels_lose_no_task_and_complete_none_twice(tmp_path, clust
         staggered, so the window must be wider than one start."""
         now = clock.now()
         if now - last[0] >= 2:
-            for pilot in engine.pilots.values():
+            for pilot in engine.state.pilots.values():
                 starts = [s for w in pilot.workers for s in w.attempts.values()]
                 if pilot.live and starts and all(0.05 < now - s < 0.7 for s in starts):
                     cancelled.append(pilot.job_id)

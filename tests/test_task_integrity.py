@@ -18,8 +18,8 @@ from orchestrator.agent import lineage
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause
 from orchestrator.agent.monitor import Monitor, MonitorConfig, Sample, Usage
 from orchestrator.agent.taskrun import Runner, RunnerConfig
-from orchestrator.engine import TaskState
 from orchestrator.events import AttemptEnded
+from orchestrator.runstate import TaskState
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import loads
@@ -267,14 +267,14 @@ def test_the_engine_counts_only_the_attempt_in_flight():
     forged: list = []
 
     def observer(engine):
-        done = [t for t in engine.stages["a"].tasks if t.state == TaskState.DONE]
+        done = [t for t in engine.state.stages["a"].tasks if t.state == TaskState.DONE]
         if done and not forged:
             task = done[0]
             given_up = AttemptSpec(task.task.id, task.attempts + 5, "true", Resources(1, 10, 1))
             task.lost.add(given_up.attempt)  # as when its worker was lost
             counted = AttemptSpec(task.task.id, task.attempts, "true", Resources(1, 10, 1))
             for spec in (given_up, counted):
-                slot = engine.pool.place("a", spec.allocation, clock.now())
+                slot = engine.state.pool.place("a", spec.allocation, clock.now())
                 assert slot is not None
                 forged.append(spec)
                 result = AttemptResult(task.task.id, spec.attempt, Outcome.SUCCESS, Resources(1, 5))

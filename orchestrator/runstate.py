@@ -1,0 +1,810 @@
+"""The state of one run, changed only by events: the engine's pure half.
+
+:meth:`RunState.apply` takes one :mod:`~orchestrator.events` event and returns
+what must be done outside (workers to start or send home, jobs to cancel);
+:meth:`RunState.plan` and :meth:`RunState.place` say which pilots to submit,
+cancel or release and which attempts to start. Nothing here awaits, reads a
+clock (time comes as :class:`~orchestrator.events.Tick`) or talks to a backend;
+every change is queued with the :class:`~orchestrator.recorder.Recorder`, which
+the engine writes before it acts. So a run can be driven, and tested, event by
+event.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol, assert_never
+
+from backends.base import Dependency, JobInfo, JobState, PilotRequest
+from learners.resources import PACKED, Resources
+from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
+from orchestrator import autoalloc, forecast
+from orchestrator.agent import footprint
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
+from orchestrator.breaker import Breaker
+from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined, WorkerLost
+from orchestrator.forecast import Durations
+from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
+from orchestrator.pool import Pool, Slot, Worker
+from orchestrator.recorder import Recorder, request_of
+from orchestrator.runs import RunState as Status
+from orchestrator.runs import SavedRun
+from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
+from workflows.spec import Allocation, Stage, Task, Workflow
+
+
+class WaitLearner(Protocol):
+    """The queue-wait learner as the run uses it (see learners.queue_wait)."""
+
+    def observe_wait(
+        self, allocation: Allocation, prediction: Any, wait: float, planned: float | None
+    ) -> bool | None:
+        """Learn an observed wait; return whether the planned wait hit (None without one)."""
+        ...
+
+
+class TaskState(StrEnum):
+    """Where a task is in the run (``tasks.state`` in the store)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass
+class TaskRun:
+    task: Task
+    features: TaskFeatures
+    state: TaskState = TaskState.QUEUED
+    attempts: int = 0
+    running: int | None = None
+    """The attempt in flight: the only one whose result counts."""
+    failures: int = 0
+    allocation: Resources | None = None
+    previous: Resources | None = None
+    exhaustion: Exhaustion | None = None
+    lost: set[int] = field(default_factory=set)
+    """Attempts given up on: a result of one of them comes late, and never counts."""
+
+
+@dataclass
+class StageRun:
+    spec: Stage
+    tasks: list[TaskRun]
+    phase: Phase = Phase.WAITING
+    queue: deque[TaskRun] = field(default_factory=deque)
+    running: dict[tuple[str, int], float] = field(default_factory=dict)
+    durations: Durations = field(default_factory=Durations)
+    done: int = 0
+    attempts: int = 0
+    ready_t: float | None = None
+    start_t: float | None = None
+    end_t: float | None = None
+    last_allocation: Resources | None = None
+    causes: Counter[str] = field(default_factory=Counter)
+    """Attempts that did not succeed, by kind of cause (lost, memory, disk, wall, failed)."""
+    earlier: list[tuple[float, float | None]] = field(default_factory=list)
+    """Run times and cores of its tasks in earlier runs, for an automatic allocation."""
+
+
+@dataclass
+class PilotRun:
+    pilot_id: str
+    stages: tuple[str, ...]
+    allocation: Allocation
+    request: PilotRequest
+    submit_t: float
+    predicted_wait: float | None = None
+    prediction: Any = None
+    job_id: str | None = None
+    info: JobInfo | None = None
+    released: bool = False
+    hit: bool | None = None
+    workers: list[Worker] = field(default_factory=list)
+    joined: int = 0
+    """Workers that joined it, ever (``workers`` loses those lost)."""
+
+    @property
+    def state(self) -> JobState | None:
+        return None if self.info is None else self.info.state
+
+    @property
+    def live(self) -> bool:
+        return self.info is None or not self.info.state.finished
+
+
+# ---- what applying an event asks of the world outside ----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersDue:
+    """The pilot started: its worker source brings the workers that come with it."""
+
+    pilot: PilotRun
+    info: JobInfo
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersGone:
+    """These workers' allocation ended (``pilot`` None: they belong to no pilot of the run)."""
+
+    pilot: PilotRun | None
+    workers: Sequence[Worker]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelJob:
+    """A pilot that can never start (its dependency failed) is cancelled."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Start an attempt on a worker (its slot is taken already)."""
+
+    worker: Worker
+    spec: AttemptSpec
+
+
+Effect = WorkersDue | WorkersGone | CancelJob
+
+
+class RunState:
+    """Stages, tasks, pilots and the pool of one run of ``workflow``."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        run_id: str,
+        recorder: Recorder,
+        *,
+        planner: Planner,
+        sizer: Sizer,
+        pool: Pool,
+        learner: WaitLearner | None,
+        workdir: Path,
+        run_dir: Path,
+        features: Callable[[Task], TaskFeatures],
+    ) -> None:
+        self.workflow = workflow
+        self.run_id = run_id
+        self.recorder = recorder
+        self.planner = planner
+        self.sizer = sizer
+        self.pool = pool
+        self.learner = learner
+        self.workdir = workdir
+        self.stages: dict[str, StageRun] = {
+            stage.name: StageRun(
+                stage, [TaskRun(t, features(t)) for t in stage.expand(str(workdir), str(run_dir))]
+            )
+            for stage in workflow.stages
+        }
+        self.pilots: dict[str, PilotRun] = {}
+        self.by_job: dict[str, PilotRun] = {}
+        """Every submitted pilot by its job id: the pilot id its workers give."""
+        self.notes: deque[tuple[float, str]] = deque(maxlen=50)
+        self.notes_total = 0
+        """Notes taken since the start (``notes`` keeps the last 50)."""
+        self._standing: frozenset[str] = frozenset()
+        """The planner's notes of the last plan: repeated ones are not noted again."""
+        self.status = Status.RUNNING
+        self.error: str | None = None
+        self.end_t: float | None = None
+        self.breaker = Breaker()
+        self.t0 = 0.0
+        """The loop's clock when the run started."""
+        self.clock = 0.0
+        """The loop's clock as of the last :class:`Tick`."""
+        self.expected: dict[str, list[AttemptSpec]] = {}
+        """Attempts of a resumed run still running on their workers, by worker id."""
+
+    @property
+    def now(self) -> float:
+        """The run's time: seconds since it started, as of the last tick."""
+        return self.clock - self.t0
+
+    @property
+    def running(self) -> bool:
+        return self.status == Status.RUNNING
+
+    # ---- events ---------------------------------------------------------------
+
+    def apply(self, event: Event) -> list[Effect]:
+        match event:
+            case Tick(t):
+                self.clock = t
+                return []
+            case JobChanged(info):
+                return self._on_job(info)
+            case AttemptEnded(worker, spec, result):
+                self._on_result(worker, spec, result)
+                return []
+            case WorkerJoined(worker):
+                return self._on_join(worker)
+            case WorkerLost(worker_id):
+                self._on_lost_worker(worker_id)
+                return []
+            case _:
+                assert_never(event)
+
+    def start(self) -> None:
+        """The stages that wait for none are ready."""
+        for stage in self.stages.values():
+            if not stage.spec.after:
+                self._set_phase(stage, Phase.READY)
+
+    def advance(self) -> None:
+        """Stages whose turn came are ready, those all done are done; the run's status
+        follows."""
+        for stage in self.stages.values():
+            if stage.phase == Phase.WAITING and all(
+                self.stages[a].phase == Phase.DONE for a in stage.spec.after
+            ):
+                self._set_phase(stage, Phase.READY)
+            if stage.phase.open and stage.done == len(stage.tasks):
+                self._set_phase(stage, Phase.DONE)
+        if any(s.phase == Phase.FAILED for s in self.stages.values()):
+            self.status = Status.FAILED
+        elif all(s.phase == Phase.DONE for s in self.stages.values()):
+            self.status = Status.DONE
+            self.end_t = self.now
+
+    def stop(self, status: Status, error: str) -> None:
+        """The run ends as ``status`` (the first reason given is kept)."""
+        self.status = status
+        self.error = self.error or error
+
+    # ---- restoring a run whose manager died -----------------------------------
+
+    def restore(self, saved: SavedRun) -> list[PilotRun]:
+        """The run as the store left it: what is done stays done (unless a later stage still
+        needs its outputs, which are gone), attempts that were running are expected from
+        their workers (:attr:`expected`); its pilots, to be taken over."""
+        tasks = {row["task_id"]: row for row in saved.tasks}
+        for row in saved.attempts:
+            self._restore_attempt(row)
+        phases = {row["stage"]: Phase(row["state"]) for row in saved.stages}
+        for stage in self.stages.values():
+            for task in stage.tasks:
+                if tasks.get(task.task.id, {}).get("state") != TaskState.DONE:
+                    continue
+                gone = phases[stage.spec.name].open and footprint.missing(
+                    self.workdir, task.task.outputs
+                )
+                if gone:  # a later stage has not read them yet: they are made again
+                    lost = ", ".join(gone)
+                    self.note(f"task {task.task.id}: done, but {lost} is gone: run again")
+                    continue
+                task.state = TaskState.DONE
+                task.running = None
+                stage.done += 1
+        for row in saved.stages:
+            stage = self.stages[row["stage"]]
+            stage.phase = Phase(row["state"])
+            stage.ready_t, stage.start_t, stage.end_t = row["ready_t"], row["start_t"], row["end_t"]
+            if stage.phase in (Phase.READY, Phase.RUNNING):
+                stage.queue.extend(t for t in stage.tasks if t.state == TaskState.QUEUED)
+        hits = {row["pilot_id"]: row["hit"] for row in saved.waits}
+        return [self._restore_pilot(row, hits.get(row["pilot_id"])) for row in saved.pilots]
+
+    def _restore_attempt(self, row: dict[str, Any]) -> None:
+        task = self.task(row["task_id"])
+        stage = self.stages[task.task.stage]
+        attempt, outcome = row["attempt"], row["outcome"]
+        task.attempts = max(task.attempts, attempt)
+        stage.attempts += 1
+        allocation = Resources(**row["allocation"]) if row["allocation"] else None
+        if outcome == "running" and allocation is not None and row["worker"]:
+            task.state, task.running = TaskState.RUNNING, attempt
+            stage.running[(task.task.id, attempt)] = row["start_t"] or 0.0
+            spec = self._spec(task, attempt, allocation)
+            self.expected.setdefault(row["worker"], []).append(spec)
+            return
+        if outcome == "running":  # sent to no worker: it never ran
+            task.lost.add(attempt)
+            return
+        if outcome == Outcome.SUCCESS and row["peak"]:
+            stage.durations.add(row["peak"]["wall"])
+        elif outcome == Outcome.FAILED:
+            task.failures += 1
+        elif outcome == Outcome.EXHAUSTED and allocation is not None:
+            task.previous = allocation
+            task.exhaustion = Exhaustion(row["exhausted"], row["measured"])
+        elif outcome == Outcome.LOST:
+            task.lost.add(attempt)
+
+    def _restore_pilot(self, row: dict[str, Any], hit: bool | None) -> PilotRun:
+        request = request_of(row["request"])
+        info = JobInfo(
+            job_id=row["job_id"] or "",
+            state=JobState(row["state"]) if row["state"] != "SUBMITTING" else JobState.PENDING,
+            reason=row["reason"] or "",
+            submit_time=self._abs(row["submit_t"]),
+            eligible_time=self._abs(row["eligible_t"]),
+            start_time=self._abs(row["start_t"]),
+            end_time=self._abs(row["end_t"]),
+        )
+        pilot = PilotRun(
+            row["pilot_id"],
+            tuple(row["stage"].split(",")),
+            allocation_of(request),
+            request,
+            row["submit_t"],
+            row["predicted_wait"],
+            job_id=row["job_id"],
+            info=info,
+            hit=hit,
+        )
+        self.pilots[pilot.pilot_id] = pilot
+        if pilot.job_id:  # one whose submission was under way is found again when taken over
+            self.by_job[pilot.job_id] = pilot
+        return pilot
+
+    def taken_over(self, pilot: PilotRun, job_id: str) -> None:
+        pilot.job_id = job_id
+        self.by_job[job_id] = pilot
+        self.recorder.pilot_taken_over(pilot)
+        self.note(f"pilot {pilot.pilot_id}: taken over (job {job_id})")
+
+    def gone(self, pilot: PilotRun) -> list[Effect]:
+        """A pilot of a resumed run that ended while the run had no manager."""
+        assert pilot.info is not None
+        info = pilot.info = replace(pilot.info, state=JobState.FAILED, reason="gone")
+        self.recorder.pilot_gone(pilot)
+        self.note(f"pilot {pilot.pilot_id}: gone while the run had no manager")
+        return self._pilot_ended(pilot, info)
+
+    # ---- planning -------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        """What the planner decides now; its new notes are taken."""
+        plan = self.planner.decide(self.now, self.stage_views(), self.pilot_views())
+        for note in plan.notes:
+            if note not in self._standing:
+                self.note(note)
+        self._standing = frozenset(plan.notes)
+        return plan
+
+    def stage_views(self) -> dict[str, StageView]:
+        ends = forecast.stage_ends(self.stages, self.now, self._progress_end)
+        return {
+            name: StageView(
+                name,
+                s.spec.after,
+                s.spec.allocation,
+                s.phase,
+                s.ready_t,
+                ends.get(name),
+                functools.partial(self._demand, s) if s.spec.allocation.auto else None,
+                self._width(s),
+            )
+            for name, s in self.stages.items()
+        }
+
+    def first_views(self) -> list[StageView]:
+        """The stages as the run starts, for the pilots it may submit."""
+        return [
+            StageView(s.spec.name, s.spec.after, s.spec.allocation, s.phase, s.ready_t)
+            for s in self.stages.values()
+        ]
+
+    @staticmethod
+    def _width(stage: StageRun) -> int:
+        """The cores the stage's tasks not done yet can use at once, at most its allocation's:
+        each as large as its latest attempt, or as declared."""
+        left = len(stage.tasks) - stage.done
+        if stage.last_allocation is not None:
+            each = stage.last_allocation.cores
+        else:
+            each = stage.tasks[0].task.declared.get("cores", 1.0) if stage.tasks else 1.0
+        return min(stage.spec.allocation.cores, math.ceil(left * each))
+
+    def _demand(self, stage: StageRun) -> autoalloc.Demand:
+        left = len(stage.tasks) - stage.done
+        values = stage.durations.values()
+        return autoalloc.demand(left, stage.spec.tasks.declared, values, stage.earlier)
+
+    def _progress_end(self, stage: StageRun) -> float:
+        """A running stage's forecast end; its pilot's deadline while nothing is known."""
+        size = stage.last_allocation or Resources(cores=1)
+        slots = self.pool.slots_for(stage.spec.name, size, self.clock)
+        end = forecast.progress_end(stage, self.now, slots)
+        if end is not None:
+            return end
+        starts = [
+            p.info.start_time - self.t0
+            for p in self.pilots.values()
+            if stage.spec.name in p.stages and p.info and p.info.start_time is not None
+        ]
+        return min(starts, default=self.now) + stage.spec.allocation.time_limit_s
+
+    def pilot_views(self) -> list[PilotView]:
+        return [
+            PilotView(
+                p.pilot_id,
+                p.stages,
+                p.state == JobState.RUNNING,
+                self.pool.busy(p.pilot_id),
+                p.info.wait if p.info else None,
+                p.allocation,
+            )
+            for p in self.pilots.values()
+            if p.live and not p.released
+        ]
+
+    # ---- pilots ---------------------------------------------------------------
+
+    def request(self, pilot_id: str, alloc: Allocation, after: tuple[str, ...]) -> PilotRequest:
+        return PilotRequest(
+            name=f"lt-{self.run_id}-{pilot_id}",
+            cores=alloc.cores,
+            nodes=alloc.nodes,
+            memory_mb=alloc.memory_mb,
+            time_limit_s=alloc.time_limit_s,
+            partition=alloc.partition,
+            account=alloc.account,
+            qos=alloc.qos,
+            dependency=Dependency("afterok", after) if after else None,
+            comment=f"leadtime run={self.run_id} pilot={pilot_id}",
+            extra=alloc.sbatch,
+        )
+
+    def submitting(self, action: Submit) -> PilotRun:
+        """A pilot the planner asked for, about to be submitted."""
+        alloc = action.allocation
+        pilot_id = f"{action.stages[0] if len(action.stages) == 1 else 'all'}-{len(self.pilots)}"
+        after = tuple(self.pilots[p].job_id or "" for p in action.after)
+        pilot = PilotRun(
+            pilot_id,
+            action.stages,
+            alloc,
+            self.request(pilot_id, alloc, after),
+            self.now,
+            action.predicted_wait,
+            action.prediction,
+        )
+        self.pilots[pilot_id] = pilot
+        return pilot
+
+    def submitted(self, pilot: PilotRun, job_id: str) -> None:
+        pilot.job_id = job_id
+        self.by_job[job_id] = pilot
+
+    def let_go(self, action: Cancel | Release) -> PilotRun:
+        """A pilot the planner cancels or releases: it takes no new task."""
+        pilot = self.pilots[action.pilot_id]
+        pilot.released = True
+        self.pool.drain(pilot.pilot_id)
+        self.note(f"pilot {pilot.pilot_id}: {action.why}")
+        return pilot
+
+    def finished_pilots(self) -> list[PilotRun]:
+        """Pilots whose stages are all over and on which nothing runs: to be released (each
+        is drained, so that it takes no new task meanwhile)."""
+        finished = []
+        for pilot in self.pilots.values():
+            if pilot.released or not pilot.live:
+                continue
+            if any(self.stages[s].phase.open for s in pilot.stages):
+                continue
+            self.pool.drain(pilot.pilot_id)
+            if not self.pool.busy(pilot.pilot_id):
+                finished.append(pilot)
+        return finished
+
+    def _on_job(self, info: JobInfo) -> list[Effect]:
+        pilot = self.by_job.get(info.job_id)
+        if pilot is None:
+            return []
+        before = pilot.info
+        pilot.info = info
+        self.recorder.pilot_changed(pilot, info, self.t0)
+        started = info.start_time is not None and (before is None or before.start_time is None)
+        if started:
+            self._observe_wait(pilot, info)
+        effects: list[Effect] = []
+        if info.state == JobState.RUNNING and not pilot.workers and not pilot.released:
+            effects.append(WorkersDue(pilot, info))
+        if info.state.finished:
+            effects += self._pilot_ended(pilot, info)
+        return effects
+
+    def _observe_wait(self, pilot: PilotRun, info: JobInfo) -> None:
+        wait = info.wait
+        if wait is None or self.learner is None:
+            return
+        pilot.hit = self.learner.observe_wait(
+            pilot.allocation, pilot.prediction, wait, pilot.predicted_wait
+        )
+        self.recorder.wait(pilot, wait, self.now)
+
+    def _pilot_ended(self, pilot: PilotRun, info: JobInfo) -> list[Effect]:
+        workers, pilot.workers = pilot.workers, []
+        for worker in workers:
+            self.pool.leave(worker.id)
+        effects: list[Effect] = [WorkersGone(pilot, workers)]
+        done = {s: self.stages[s].done for s in pilot.stages}
+        failed = self.breaker.ended(
+            done, joined=pilot.joined > 0, released=pilot.released, now=self.now,
+            state=str(info.state), reason=info.reason,
+        )  # fmt: skip
+        if failed and self.running:
+            self.error, self.status = failed, Status.FAILED
+            self.note(failed)
+        if info.state == JobState.COMPLETED:
+            return effects
+        if not pilot.released:
+            self.note(f"pilot {pilot.pilot_id} ended {info.state}")
+        # Pilots waiting on this one with afterok can never start: replace them.
+        for other in self.pilots.values():
+            dep = other.request.dependency
+            if other.live and dep and pilot.job_id in dep.job_ids and not other.released:
+                other.released = True
+                self.note(f"pilot {other.pilot_id}: its dependency ended {info.state}, replacing")
+                effects.append(CancelJob(other.job_id or ""))
+        return effects
+
+    # ---- workers and tasks ----------------------------------------------------
+
+    def _on_join(self, worker: Worker) -> list[Effect]:
+        pilot = self.by_job.get(worker.pilot_id)
+        if pilot is None or not pilot.live:  # a pilot this run does not know: send it home
+            self.note(f"worker {worker.id} sent away: no live pilot {worker.pilot_id!r}")
+            return [WorkersGone(None, [worker])]
+        pilot.workers.append(worker)
+        pilot.joined += 1
+        self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
+        for spec in self.expected.pop(worker.id, ()):  # attempts it kept running for us
+            self.pool.occupy(worker.id, spec.allocation)
+        if pilot.released:
+            self.pool.drain(pilot.pilot_id)
+        return []
+
+    def _on_lost_worker(self, worker_id: str) -> None:
+        slot = self.pool.leave(worker_id)
+        if slot is not None:
+            pilot = self.pilots[slot.pilot_id]
+            if slot.worker in pilot.workers:
+                pilot.workers.remove(slot.worker)
+
+    def place(self) -> list[Launch]:
+        """Place ready tasks, stage by stage in workflow order, head of each queue first."""
+        starts = []
+        now = self.clock
+        for stage in self.stages.values():
+            if stage.phase not in (Phase.READY, Phase.RUNNING):
+                continue
+            while stage.queue:
+                task = stage.queue[0]
+                if task.allocation is None:
+                    try:
+                        task.allocation = self.sizer.allocate(
+                            task.features, task.previous, task.exhaustion
+                        )
+                    except Unfittable as e:
+                        stage.queue.popleft()
+                        self._fail(stage, task, str(e))
+                        break
+                expected = task.allocation.wall
+                if expected == float("inf"):
+                    expected = stage.durations.mean or 0.0
+                slot = self.pool.place(stage.spec.name, task.allocation, now + expected)
+                if slot is None:
+                    largest = self.pool.largest_for(stage.spec.name)
+                    if not self._own_workers(stage) or largest is None:
+                        break
+                    if task.allocation.fits_in(largest):
+                        break
+                    fitted = _fitted(task, largest)
+                    if fitted is None:
+                        stage.queue.popleft()
+                        self._fail(stage, task, f"{task.allocation} fits none of its workers")
+                        break
+                    task.allocation = fitted
+                    continue
+                stage.queue.popleft()
+                starts.append(Launch(slot.worker, self._start(stage, task, slot)))
+        return starts
+
+    def _own_workers(self, stage: StageRun) -> bool:
+        """The stage's own pilot runs and its workers have joined."""
+        return any(
+            p.workers for p in self.pilots.values() if stage.spec.name in p.stages and p.live
+        )
+
+    def _start(self, stage: StageRun, task: TaskRun, slot: Slot) -> AttemptSpec:
+        assert task.allocation is not None
+        task.attempts += 1
+        task.state = TaskState.RUNNING
+        task.running = task.attempts
+        stage.attempts += 1
+        stage.last_allocation = task.allocation
+        if stage.phase == Phase.READY:
+            self._set_phase(stage, Phase.RUNNING)
+        spec = self._spec(task, task.attempts, task.allocation)
+        stage.running[(spec.task_id, spec.attempt)] = self.now
+        self.recorder.attempt_started(spec, slot.worker.id, slot.pilot_id, self.now)
+        return spec
+
+    def _spec(self, task: TaskRun, attempt: int, allocation: Resources) -> AttemptSpec:
+        t = task.task
+        return AttemptSpec(
+            t.id, attempt, t.command, allocation, t.category, str(self.workdir), t.outputs
+        )
+
+    def _on_result(self, worker: Worker, spec: AttemptSpec, result: AttemptResult) -> None:
+        self.pool.release(worker.id, spec.allocation)
+        task_run = self.task(spec.task_id)
+        stage = self.stages[task_run.task.stage]
+        stage.running.pop((spec.task_id, spec.attempt), None)
+        if task_run.running != spec.attempt:
+            if spec.attempt in task_run.lost and result.outcome is not Outcome.LOST:
+                self.recorder.attempt_late(spec, result)  # given up on, then heard of
+            return  # else a result told twice (a worker resends what a dead manager heard)
+        task_run.running = None
+        why = cause(result, spec.allocation)
+        if why is not None and self.running:  # not the attempts a run's end stops
+            stage.causes[cause_kind(result)] += 1
+        self.recorder.attempt_ended(spec, result, why, self.now)
+        task_run.allocation = None
+        if result.outcome == Outcome.SUCCESS:
+            task_run.state = TaskState.DONE
+            stage.done += 1
+            stage.durations.add(result.peak.wall)
+            self.sizer.observe(
+                Record(
+                    task_run.features,
+                    result.peak,
+                    result.memory_series,
+                    result.sample_interval_s,
+                )
+            )
+        elif result.outcome == Outcome.EXHAUSTED:
+            assert result.exhaustion is not None
+            self.sizer.observe_exhaustion(task_run.features, spec.allocation, result.exhaustion)
+            task_run.previous, task_run.exhaustion = spec.allocation, result.exhaustion
+            self._requeue(stage, task_run)
+        elif result.outcome == Outcome.LOST:
+            task_run.lost.add(spec.attempt)
+            task_run.allocation = spec.allocation
+            self._requeue(stage, task_run)
+        else:
+            task_run.failures += 1
+            if task_run.failures >= task_run.task.max_attempts:
+                tail = f": {result.output_tail.strip()}" if result.output_tail else ""
+                self._fail(
+                    stage,
+                    task_run,
+                    f"failed {task_run.failures} times (exit code {result.exit_code}){tail}",
+                )
+            else:
+                task_run.allocation = spec.allocation
+                self._requeue(stage, task_run)
+        self.recorder.task(task_run)
+
+    def _requeue(self, stage: StageRun, task: TaskRun) -> None:
+        task.state = TaskState.QUEUED
+        stage.queue.appendleft(task)
+
+    def _fail(self, stage: StageRun, task: TaskRun, why: str) -> None:
+        """The task cannot succeed: its stage, and so the run, failed (no event may follow)."""
+        task.state = TaskState.FAILED
+        self.error = f"task {task.task.id}: {why}"
+        self.note(self.error)
+        self._set_phase(stage, Phase.FAILED)
+        self.status = Status.FAILED
+
+    def task(self, task_id: str) -> TaskRun:
+        stage_name, index = task_id.rsplit(".", 1)
+        return self.stages[stage_name].tasks[int(index)]
+
+    # ---- stages ---------------------------------------------------------------
+
+    def _set_phase(self, stage: StageRun, phase: Phase) -> None:
+        stage.phase = phase
+        now = self.now
+        if phase == Phase.READY:
+            stage.ready_t = now
+            stage.queue.extend(t for t in stage.tasks if t.state == TaskState.QUEUED)
+        elif phase == Phase.RUNNING and stage.start_t is None:
+            stage.start_t = now
+        elif phase in (Phase.DONE, Phase.FAILED):
+            stage.end_t = now
+        self.recorder.stage(stage)
+
+    # ---- what a person reads --------------------------------------------------
+
+    def note(self, text: str) -> None:
+        self.notes.append((self.now, text))
+        self.notes_total += 1
+
+    def summary(self, strategy: str, end: float) -> RunSummary:
+        stages = [
+            StageFigures(
+                s.spec.name,
+                s.ready_t,
+                min(
+                    (p.submit_t for p in self.pilots.values() if s.spec.name in p.stages),
+                    default=None,
+                ),
+                s.start_t,
+                s.end_t,
+                len(s.tasks),
+                s.attempts,
+            )
+            for s in self.stages.values()
+        ]
+        pilots = [self._figures(p) for p in self.pilots.values()]
+        return summarize(
+            self.run_id,
+            self.workflow.name,
+            strategy,
+            str(self.status),
+            end,
+            stages,
+            pilots,
+            self.error,
+        )
+
+    def _figures(self, p: PilotRun) -> PilotFigures:
+        info = p.info
+        return PilotFigures(
+            p.pilot_id,
+            p.stages,
+            p.request.cores,
+            p.submit_t,
+            self._rel(info.eligible_time) if info else None,
+            self._rel(info.start_time) if info else None,
+            self._rel(info.end_time) if info else None,
+            p.predicted_wait,
+            p.hit,
+            str(info.state) if info else "SUBMITTING",
+        )
+
+    def _rel(self, t: float | None) -> float | None:
+        return None if t is None else t - self.t0
+
+    def _abs(self, t: float | None) -> float | None:
+        return None if t is None else t + self.t0
+
+
+def _fitted(task: TaskRun, worker: Resources) -> Resources | None:
+    """``task``'s allocation cut to ``worker``, unless that takes away what it is known to need.
+
+    A sizer's "whole worker" is a guess at the workers to come; the workers that
+    came may be smaller (a pilot's cores spread over nodes). Cutting is fine
+    unless the task declared more, or was killed for exceeding the smaller size.
+    """
+    assert task.allocation is not None
+    fitted = task.allocation
+    for r in PACKED:
+        if fitted[r] > worker[r]:
+            needed = (
+                task.exhaustion.measured if task.exhaustion and task.exhaustion.resource == r else 0
+            )
+            if r in task.task.declared or worker[r] <= needed:
+                return None
+            fitted = fitted.with_(r, worker[r])
+    return fitted
+
+
+def allocation_of(request: PilotRequest) -> Allocation:
+    return Allocation(
+        cores=request.cores,
+        nodes=request.nodes,
+        memory_mb=request.memory_mb,
+        time_limit_s=request.time_limit_s,
+        partition=request.partition,
+        account=request.account,
+        qos=request.qos,
+        sbatch=request.extra,
+    )
