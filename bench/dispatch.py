@@ -1,13 +1,14 @@
-"""Dispatch throughput: N no-op commands (``true``) on 2 local workers, leadtime against peers.
+"""Dispatch throughput: N no-op commands (``true``) on W local workers, leadtime against peers.
 
-python bench/dispatch.py [--tasks N] [--json] [--only leadtime|parsl|dask]
+python bench/dispatch.py [--tasks N] [--workers W] [--json] [--only leadtime|parsl|dask]
 
 leadtime runs a workflow of N ``true`` tasks through the real engine on the local backend
-(one pilot of two workers of one core, each task declaring one core); Parsl runs N bash
-apps on a HighThroughputExecutor with a LocalProvider and two workers; Dask distributed
-runs N functions that run ``true`` with subprocess on a LocalCluster of two one-thread
-worker processes. Every system runs two tasks at a time, each ``true`` through
-``/bin/sh -c``, and each runs in a fresh interpreter of its own.
+(one pilot of W workers of one core, each task declaring one core); Parsl runs N bash
+apps on a HighThroughputExecutor with a LocalProvider and W workers; Dask distributed
+runs N functions that run ``true`` with subprocess on a LocalCluster of W one-thread
+worker processes. Every system runs W tasks at a time (2 by default, one per core of a
+2-core machine; more than the cores shows the manager's side when the workers' is the
+bound), each ``true`` through ``/bin/sh -c``, and each runs in a fresh interpreter of its own.
 
 Throughput is tasks over the time from the first task's start (leadtime: the first
 attempt's start; peers: submitting all tasks to workers already up) to the last result
@@ -33,6 +34,7 @@ from backends import clock
 
 SYSTEMS = ("leadtime", "parsl", "dask")
 COMMAND = "true"
+CORES = os.cpu_count() or 1
 
 
 def cpu_seconds() -> float:
@@ -40,7 +42,7 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure_leadtime(tasks: int) -> dict[str, object]:
+def measure_leadtime(tasks: int, workers: int) -> dict[str, object]:
     from backends.local import LocalOptions
     from orchestrator.session import RunConfig, execute
     from orchestrator.store import Store
@@ -52,7 +54,7 @@ def measure_leadtime(tasks: int) -> dict[str, object]:
             name = "dispatch"
             [[stage]]
             name = "noop"
-            allocation = {{ cores = 2, nodes = 2, time = "1h" }}
+            allocation = {{ cores = {workers}, nodes = {workers}, time = "1h" }}
             [stage.tasks]
             command = "{COMMAND}"
             count = {tasks}
@@ -63,7 +65,11 @@ def measure_leadtime(tasks: int) -> dict[str, object]:
         )
     )
     with tempfile.TemporaryDirectory(prefix="leadtime-dispatch-") as tmp:
-        config = RunConfig(strategy="per-stage", backend=LocalOptions(), workdir=Path(tmp))
+        config = RunConfig(
+            strategy="per-stage",
+            backend=LocalOptions(oversubscribe=workers > CORES),
+            workdir=Path(tmp),
+        )
 
         async def main():
             async with await Store.open(Path(tmp) / "store.db") as store:
@@ -89,7 +95,7 @@ def measure_leadtime(tasks: int) -> dict[str, object]:
     }
 
 
-def measure_parsl(tasks: int) -> dict[str, object]:
+def measure_parsl(tasks: int, workers: int) -> dict[str, object]:
     import parsl
     from parsl.app.app import bash_app
     from parsl.config import Config
@@ -106,7 +112,7 @@ def measure_parsl(tasks: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="parsl-dispatch-") as tmp:
         executor = HighThroughputExecutor(
             label="htex",
-            max_workers_per_node=2,
+            max_workers_per_node=workers,
             cores_per_worker=1,
             provider=LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1),
         )
@@ -134,17 +140,17 @@ def _run_true(_: object = None) -> int:
     return subprocess.run(COMMAND, shell=True, check=True).returncode
 
 
-def measure_dask(tasks: int) -> dict[str, object]:
+def measure_dask(tasks: int, workers: int) -> dict[str, object]:
     from dask.distributed import Client, LocalCluster
 
     start = clock.monotonic()
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
         ) as cluster,
         Client(cluster) as client,
     ):
-        client.wait_for_workers(2)
+        client.wait_for_workers(workers)
         client.submit(_run_true, pure=False).result()  # the workers are up
         t0 = clock.monotonic()
         codes = client.gather(client.map(_run_true, range(tasks), pure=False))
@@ -163,10 +169,11 @@ MEASURES = {"leadtime": measure_leadtime, "parsl": measure_parsl, "dask": measur
 MISSING = "not installed: pip install 'leadtime[bench]'"
 
 
-def run_isolated(system: str, tasks: int) -> dict[str, object]:
+def run_isolated(system: str, tasks: int, workers: int) -> dict[str, object]:
     """One system's row, measured in a fresh interpreter (its CPU time its own)."""
+    only = ["--only", system, "--tasks", str(tasks), "--workers", str(workers), "--json"]
     done = subprocess.run(
-        [sys.executable, __file__, "--only", system, "--tasks", str(tasks), "--json"],
+        [sys.executable, __file__, *only],
         capture_output=True,
         text=True,
         check=False,
@@ -177,9 +184,9 @@ def run_isolated(system: str, tasks: int) -> dict[str, object]:
     return json.loads(done.stdout)[0]
 
 
-def measure_here(system: str, tasks: int) -> dict[str, object]:
+def measure_here(system: str, tasks: int, workers: int) -> dict[str, object]:
     try:
-        return MEASURES[system](tasks)
+        return MEASURES[system](tasks, workers)
     except ImportError as e:
         return {"system": system, "tasks": tasks, "error": f"{MISSING} ({e.name})"}
 
@@ -211,19 +218,22 @@ def show(rows: list[dict[str, object]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=2, help="workers, one core each")
     parser.add_argument("--only", choices=SYSTEMS, help="measure one system, in this process")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.tasks < 1:
         parser.error("--tasks must be at least 1")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     if args.only:
-        rows = [measure_here(args.only, args.tasks)]
+        rows = [measure_here(args.only, args.tasks, args.workers)]
     else:
-        rows = with_ratio([run_isolated(system, args.tasks) for system in SYSTEMS])
+        rows = with_ratio([run_isolated(s, args.tasks, args.workers) for s in SYSTEMS])
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"{args.tasks} tasks of `{COMMAND}` on 2 local workers")
+        print(f"{args.tasks} tasks of `{COMMAND}` on {args.workers} local workers")
         show(rows)
 
 
