@@ -1,0 +1,187 @@
+"""The run's state driven event by event, with no loop, backend or clock: what each event
+changes and what it asks of the world outside."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from backends.base import JobInfo, JobState
+from learners.resources import Resources
+from learners.sizing import DEFAULT_SIZER, make_sizer
+from learners.sizing.base import TaskFeatures
+from orchestrator.agent.attempt import AttemptResult, Outcome
+from orchestrator.events import AttemptEnded, JobChanged, Tick, WorkerJoined, WorkerLost
+from orchestrator.planner import Phase, Submit, make_planner
+from orchestrator.pool import Pool
+from orchestrator.recorder import Recorder
+from orchestrator.runs import RunState as Status
+from orchestrator.runstate import (
+    CancelJob,
+    Launch,
+    RunState,
+    TaskState,
+    WorkersDue,
+    WorkersGone,
+)
+from workflows.spec import loads
+
+NODE = Resources(cores=2, memory=4000, disk=4000)
+
+
+@dataclass
+class Node:
+    id: str
+    pilot_id: str
+    capacity: Resources = NODE
+    end_time: float = 1e9
+    accepting: bool = True
+
+
+class Rows:
+    """A store that keeps what it is asked to write, by table."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, tuple], dict] = {}
+
+    def stage(self, table: str, key: dict, **fields) -> None:
+        self.rows.setdefault((table, tuple(key.values())), {}).update(fields)
+
+    def table(self, name: str) -> list[dict]:
+        return [fields for (table, _), fields in self.rows.items() if table == name]
+
+
+def new_state(text: str) -> tuple[RunState, Rows]:
+    """A run of ``text`` that started when the loop's clock read 100."""
+    workflow = loads(text)
+    rows = Rows()
+    recorder = Recorder(rows, "r1", simulated=True)  # type: ignore[arg-type]
+    state = RunState(
+        workflow,
+        "r1",
+        recorder,
+        planner=make_planner("per-stage"),
+        sizer=make_sizer(DEFAULT_SIZER, worker=NODE),
+        pool=Pool(),
+        learner=None,
+        workdir=Path("/nonexistent/work"),
+        run_dir=Path("/nonexistent/work/.leadtime/r1"),
+        features=lambda t: TaskFeatures(t.category, declared=t.declared),
+    )
+    state.apply(Tick(100.0))
+    state.t0 = 100.0
+    return state, rows
+
+
+TWO_STAGES = """
+name = "two"
+[[stage]]
+name = "a"
+allocation = { cores = 2, time = "1h" }
+tasks = { command = "true", count = 3, cores = 1, memory = "100M", disk = "10M" }
+[[stage]]
+name = "b"
+after = ["a"]
+allocation = { cores = 2, time = "1h" }
+tasks = { command = "true", count = 1, cores = 1, memory = "100M", disk = "10M" }
+"""
+
+
+def success(launch: Launch) -> AttemptEnded:
+    spec = launch.spec
+    used = Resources(cores=1, memory=50, disk=1, wall=5)
+    return AttemptEnded(
+        launch.worker, spec, AttemptResult(spec.task_id, spec.attempt, Outcome.SUCCESS, used)
+    )
+
+
+def started_pilot(state: RunState, stage: str, job_id: str) -> list:
+    (submit,) = [a for a in state.plan().actions if isinstance(a, Submit) and a.stages == (stage,)]
+    pilot = state.submitting(submit)
+    state.submitted(pilot, job_id)
+    info = JobInfo(job_id, JobState.RUNNING, submit_time=100, eligible_time=100, start_time=110)
+    return state.apply(JobChanged(info))
+
+
+def test_a_run_goes_from_event_to_event_to_its_end():
+    state, rows = new_state(TWO_STAGES)
+    state.start()
+    assert state.stages["a"].phase is Phase.READY and state.stages["b"].phase is Phase.WAITING
+    assert state.place() == []  # no worker yet
+
+    (due,) = started_pilot(state, "a", "7")
+    assert isinstance(due, WorkersDue) and due.pilot.job_id == "7"
+    assert state.apply(WorkerJoined(Node("n1", "7"))) == []
+    state.apply(Tick(120.0))
+    launches = state.place()
+    assert [launch.spec.task_id for launch in launches] == ["a.0", "a.1"]  # two cores
+    assert state.stages["a"].phase is Phase.RUNNING and state.stages["a"].start_t == 20.0
+
+    state.apply(Tick(130.0))
+    for launch in launches:
+        state.apply(success(launch))
+    (third,) = state.place()
+    assert third.spec.task_id == "a.2"
+    state.apply(success(third))
+    state.advance()
+    assert state.stages["a"].phase is Phase.DONE and state.stages["b"].phase is Phase.READY
+    assert all(t.state is TaskState.DONE for t in state.stages["a"].tasks)
+    assert {r["state"] for r in rows.table("tasks")} == {"done"}
+    assert [r["outcome"] for r in rows.table("attempts")] == ["success"] * 3
+
+    started_pilot(state, "b", "8")
+    state.apply(WorkerJoined(Node("n2", "8")))
+    (last,) = state.place()
+    state.apply(success(last))
+    state.advance()
+    assert state.status is Status.DONE and state.end_t == 30.0
+
+
+def test_a_result_counts_once_and_a_lost_attempt_runs_again():
+    state, rows = new_state(TWO_STAGES)
+    state.start()
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7")))
+    first, second = state.place()
+    state.apply(success(first))
+    state.apply(success(first))  # told twice
+    assert state.stages["a"].done == 1
+
+    state.apply(WorkerLost("n1"))  # the source answers the second attempt LOST
+    lost = AttemptResult("a.1", 1, Outcome.LOST, Resources())
+    state.apply(AttemptEnded(second.worker, second.spec, lost))
+    task = state.task("a.1")
+    assert task.state is TaskState.QUEUED and task.lost == {1}
+    state.apply(success(second))  # the lost attempt's result, late: recorded, not counted
+    assert state.stages["a"].done == 1
+    assert {r["outcome"] for r in rows.table("attempts")} >= {"late success"}
+
+    state.apply(WorkerJoined(Node("n2", "7")))
+    again = [launch.spec for launch in state.place()]
+    assert ("a.1", 2) in [(s.task_id, s.attempt) for s in again]
+
+
+def test_a_failed_dependency_cancels_the_pilots_after_it_and_sends_workers_home():
+    state, _ = new_state(TWO_STAGES)
+    state.start()
+    started_pilot(state, "a", "7")
+    b = state.submitting(Submit(("b",), state.stages["b"].spec.allocation, after=("a-0",)))
+    assert b.request.dependency is not None and b.request.dependency.job_ids == ("7",)
+    state.submitted(b, "8")
+    state.apply(WorkerJoined(Node("n1", "7")))
+    ended = JobInfo("7", JobState.FAILED, reason="NodeFail", start_time=110, end_time=130)
+    effects = state.apply(JobChanged(ended))
+    gone = [e for e in effects if isinstance(e, WorkersGone)]
+    assert [w.id for w in gone[0].workers] == ["n1"]
+    assert CancelJob("8") in effects and b.released
+
+    stranger = Node("x", "999")
+    assert state.apply(WorkerJoined(stranger)) == [WorkersGone(None, [stranger])]
+
+
+def test_a_task_that_fits_no_worker_fails_the_run_with_why():
+    state, _ = new_state(TWO_STAGES.replace('memory = "100M"', 'memory = "9G"', 1))
+    state.start()
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7")))
+    assert state.place() == []
+    assert state.status is Status.FAILED and "a.0" in (state.error or "")
+    assert state.stages["a"].phase is Phase.FAILED
