@@ -8,6 +8,7 @@ never on a worker whose pilot ends before the task would.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -65,14 +66,21 @@ class Pool:
         self.share = share
         self._slots: dict[str, Slot] = {}
         self._draining: set[str] = set()
+        self._running: Counter[str] = Counter()
+        """Attempts running per pilot: asked of every live pilot on every pass."""
 
     def join(self, worker: Worker, pilot_id: str, stages: frozenset[str]) -> None:
-        """``worker`` of pilot ``pilot_id`` (the engine's id) serves ``stages`` first."""
+        """``worker`` of pilot ``pilot_id`` (the engine's id) serves ``stages`` first (a worker
+        that joins again starts afresh)."""
+        self.leave(worker.id)
         self._slots[worker.id] = Slot(worker, pilot_id, stages)
 
     def leave(self, worker_id: str) -> Slot | None:
         """Forget a worker; its slot, if it was in the pool."""
-        return self._slots.pop(worker_id, None)
+        slot = self._slots.pop(worker_id, None)
+        if slot is not None:
+            self._running[slot.pilot_id] -= slot.running
+        return slot
 
     def drain(self, pilot_id: str) -> None:
         """The pilot takes no new work (its stages are done, or it is being released)."""
@@ -84,7 +92,7 @@ class Pool:
                 yield slot.worker
 
     def busy(self, pilot_id: str) -> bool:
-        return any(s.running for s in self._slots.values() if s.pilot_id == pilot_id)
+        return self._running[pilot_id] > 0
 
     def place(self, stage: str, allocation: Resources, until: float) -> Slot | None:
         """Reserve ``allocation`` on the best worker for a task of ``stage`` running ``until``.
@@ -102,8 +110,7 @@ class Pool:
         if best is None:
             return None
         slot = best[1]
-        slot.used = slot.used.plus(allocation)
-        slot.running += 1
+        self._take(slot, allocation)
         return slot
 
     def largest_for(self, stage: str) -> Resources | None:
@@ -116,8 +123,7 @@ class Pool:
         """Count an attempt already running on a worker that (re)joined the pool."""
         slot = self._slots.get(worker_id)
         if slot is not None:
-            slot.used = slot.used.plus(allocation)
-            slot.running += 1
+            self._take(slot, allocation)
 
     def release(self, worker_id: str, allocation: Resources) -> None:
         """Give back what an attempt held (no-op if the worker already left)."""
@@ -125,6 +131,12 @@ class Pool:
         if slot is not None:
             slot.used = slot.used.minus(allocation)
             slot.running -= 1
+            self._running[slot.pilot_id] -= 1
+
+    def _take(self, slot: Slot, allocation: Resources) -> None:
+        slot.used = slot.used.plus(allocation)
+        slot.running += 1
+        self._running[slot.pilot_id] += 1
 
     def slots_for(self, stage: str, allocation: Resources, until: float) -> int:
         """How many tasks of this size the stage could run at once on the workers it may use."""
