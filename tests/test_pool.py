@@ -1,24 +1,13 @@
 """The pool's count of attempts per pilot agrees with its workers' slots, whatever happens."""
 
-from dataclasses import dataclass
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nodes import Node
 
 from learners.resources import Resources
 from orchestrator.pool import Pool
 
 TASK = Resources(cores=1, memory=100, disk=10)
-NODE = Resources(cores=2, memory=1000, disk=1000)
-
-
-@dataclass
-class Node:
-    id: str
-    pilot_id: str
-    capacity: Resources = NODE
-    end_time: float = 1e9
-    accepting: bool = True
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,8 +1,9 @@
 """The run's state driven event by event, with no loop, backend or clock: what each event
 changes and what it asks of the world outside."""
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from nodes import NODE, Node
 
 from backends.base import JobInfo, JobState
 from learners.resources import Resources
@@ -23,17 +24,6 @@ from orchestrator.runstate import (
     WorkersGone,
 )
 from workflows.spec import loads
-
-NODE = Resources(cores=2, memory=4000, disk=4000)
-
-
-@dataclass
-class Node:
-    id: str
-    pilot_id: str
-    capacity: Resources = NODE
-    end_time: float = 1e9
-    accepting: bool = True
 
 
 class Rows:
