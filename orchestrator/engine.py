@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +22,7 @@ from backends import clock
 from backends.base import BatchBackend, JobInfo, SubmitError
 from learners.sizing.base import Sizer, TaskFeatures
 from orchestrator import autoalloc, human
-from orchestrator.agent.attempt import AttemptSpec
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined
 from orchestrator.planner import Cancel, Planner, Release, Submit
 from orchestrator.pool import Pool, Worker
@@ -386,16 +386,16 @@ class Engine:
     # ---- attempts -------------------------------------------------------------
 
     def _launch(self, worker: Worker, spec: AttemptSpec) -> None:
-        async def attempt() -> None:
-            result = await worker.run(spec)
-            self.post(AttemptEnded(worker, spec, result))
-
-        self._spawn(attempt())
+        self._report(worker, spec, worker.run(spec))
 
     def _follow(self, worker: Any, spec: AttemptSpec, since: float) -> None:
+        self._report(worker, spec, worker.follow((spec.task_id, spec.attempt), since))
+
+    def _report(self, worker: Any, spec: AttemptSpec, result: Awaitable[AttemptResult]) -> None:
+        """Post the attempt's end when its worker tells it."""
+
         async def attempt() -> None:
-            result = await worker.follow((spec.task_id, spec.attempt), since)
-            self.post(AttemptEnded(worker, spec, result))
+            self.post(AttemptEnded(worker, spec, await result))
 
         self._spawn(attempt())
 
@@ -405,6 +405,7 @@ class Engine:
         task.add_done_callback(self._inflight.discard)
 
     # ---- the run's record -----------------------------------------------------
+
     async def _record_start(self) -> None:
         history = await self.store.task_durations(self.workflow.name, self.backend.name)
         for name, mean in history.items():

@@ -336,7 +336,7 @@ class RunState:
         pilot = PilotRun(
             row["pilot_id"],
             tuple(row["stage"].split(",")),
-            allocation_of(request),
+            _allocation_of(request),
             request,
             row["submit_t"],
             row["predicted_wait"],
@@ -797,7 +797,7 @@ def _fitted(task: TaskRun, worker: Resources) -> Resources | None:
     return fitted
 
 
-def allocation_of(request: PilotRequest) -> Allocation:
+def _allocation_of(request: PilotRequest) -> Allocation:
     return Allocation(
         cores=request.cores,
         nodes=request.nodes,

@@ -374,9 +374,7 @@ async def _execute(
         await run.start()
         return await engine.run()
     finally:
-        if (
-            engine.state.status != RunState.RUNNING or not engine.recorded
-        ):  # nothing a resume would take up
+        if not engine.state.running or not engine.recorded:  # nothing a resume would take up
             run.end()
 
 
