@@ -8,7 +8,8 @@ workflow learns about the queue serves the next.
 SQLite works in a thread of the store's own, one function per call: a flush of
 many statements and its commit cost the event loop a single hand-off (one per
 statement, as aiosqlite does it, was a third of the manager's CPU per task). A
-virtual-time loop stands still while the thread works (see :mod:`backends.clock`).
+virtual-time loop stands still while an executor works
+(:meth:`backends.clock.VirtualTimeLoop.run_in_executor`).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class _Connection:
         loop = asyncio.get_running_loop()
         try:
             connect = partial(sqlite3.connect, target, uri=uri)
-            db = await clock.held(loop.run_in_executor(thread, connect))
+            db = await loop.run_in_executor(thread, connect)
         except BaseException:
             thread.shutdown(wait=False)
             raise
@@ -160,7 +161,7 @@ class _Connection:
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
-        return await clock.held(loop.run_in_executor(self._thread, fn, self._db))
+        return await loop.run_in_executor(self._thread, fn, self._db)
 
     async def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         values = tuple(params)
@@ -334,7 +335,11 @@ class Store:
         self, name: str, update: Callable[[dict[str, Any] | None], dict[str, Any]]
     ) -> dict[str, Any]:
         """Replace learner ``name``'s state by ``update(state)`` in one transaction, so that
-        two runs sharing the store never lose each other's updates; the new state."""
+        two runs sharing the store never lose each other's updates; the new state.
+
+        ``update`` runs in the store's thread, inside the transaction, while the event loop
+        goes on: it may read and change only what no other task changes meanwhile (the queue-
+        wait learner's state, which only the engine's own task, awaiting this, changes)."""
         await self.flush()
 
         def transact(db: sqlite3.Connection) -> dict[str, Any]:
@@ -348,8 +353,7 @@ class Store:
                 )
             return state
 
-        state = await self._db.call(transact)
-        return state
+        return await self._db.call(transact)
 
     async def learners(self, prefix: str) -> dict[str, dict[str, Any]]:
         """Every learner state whose name starts with ``prefix``, by name."""
@@ -374,7 +378,7 @@ def _setup(db: sqlite3.Connection) -> None:
             f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(keys)}))"
         )
         present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-        for column in cols:
+        for column in cols:  # a store made by an earlier version lacks the newer columns
             if column not in present:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
     if db.execute("PRAGMA user_version").fetchone() != (SCHEMA_VERSION,):  # an open writes nothing
