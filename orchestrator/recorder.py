@@ -10,7 +10,6 @@ Times are the run's (seconds since it started).
 from __future__ import annotations
 
 import math
-import time
 from typing import TYPE_CHECKING, Any
 
 from backends import clock
@@ -45,7 +44,7 @@ class Recorder:
     async def write_ahead(self) -> None:
         """Write what the engine is about to act on; a simulated run's writes are grouped."""
         if self.simulated:
-            now = time.monotonic()
+            now = clock.monotonic()
             if now < self._commit_due:
                 return
             self._commit_due = now + GROUP_COMMIT_S

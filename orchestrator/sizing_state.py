@@ -9,11 +9,11 @@ state as plain data (``state()`` / ``restore()``); this module only moves it.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from backends import clock
 from learners.resources import Resources
 from orchestrator.store import Store
 from workflows.spec import Allocation, Stage
@@ -57,7 +57,7 @@ class SizingState:
         return cls(sizer, name, sizer.state(), every_s)
 
     async def save(self, store: Store, *, final: bool = False) -> None:
-        now = time.monotonic()
+        now = clock.monotonic()
         if now < self._due and not final:
             return
         self._due = now + self.every_s
