@@ -7,6 +7,8 @@ import pytest
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
 from learners.sizing.budget import BUDGET
+from learners.sizing.composite import PRIOR_FLOOR
+from learners.sizing.history import History
 from learners.sizing.selector import WARMUP, Selector
 
 WORKER = Resources(16, 64000, 64000)
@@ -81,3 +83,48 @@ def test_a_retry_follows_the_first_candidate_s_rule():
     retry = sizer.allocate(task, first, killed)
     assert retry == sizer.candidates[0].allocate(task, first, killed)
     assert retry.memory == 2 * killed.measured  # twice what it reached, above the largest seen
+
+
+def _mixed_history() -> list[Record | tuple[TaskFeatures, Exhaustion]]:
+    """Records of two categories, with kills between them, as a run ends them."""
+    events: list[Record | tuple[TaskFeatures, Exhaustion]] = []
+    for i in range(3 * WARMUP):
+        events.append(record("a", 1000 + 37 * (i % 7)))
+        events.append(record("b", 4000 * (1 + i / 10)))
+        if i % 4 == 3:
+            events.append((TaskFeatures("b"), Exhaustion("memory", 4000 * (1 + i / 10))))
+    return events
+
+
+def test_learning_late_ends_as_learning_at_once():
+    """The selector learns when an allocation needs it; what it learns does not depend on when."""
+    eager, late = selector(), selector()
+    given = []
+    for event in _mixed_history():
+        for s in (eager, late):
+            if isinstance(event, Record):
+                s.observe(event)
+            else:
+                task, exhaustion = event
+                s.observe_exhaustion(task, s.allocate(task), exhaustion)
+        given.append(eager.allocate(TaskFeatures("a")))  # the eager one learns at every end
+    assert eager.allocate(TaskFeatures("b")) == late.allocate(TaskFeatures("b"))
+    assert eager.allocate(TaskFeatures("a")) == late.allocate(TaskFeatures("a")) == given[-1]
+    for category in ("a", "b"):
+        assert [vars(x) for x in eager.shadows[category]] == [
+            vars(x) for x in late.shadows[category]
+        ]
+        assert eager.chosen(category).name == late.chosen(category).name
+
+
+def test_tasks_of_declared_sizes_leave_the_candidates_unlearnt_but_the_history_full():
+    s = make_sizer("select", worker=WORKER)
+    declared = TaskFeatures("fixed", declared={"cores": 1, "memory": 500, "disk": 10})
+    for _ in range(WARMUP + 3):
+        assert s.allocate(declared) == Resources(1, 500, 10)
+        s.observe(Record(declared, Resources(1, 400, 5, 60)))
+    assert len(list(History.records(s.state()))) == WARMUP + 3
+    assert all(not c.state()["categories"] for c in s.candidates)
+    learnt = s.allocate(TaskFeatures("fixed")).memory  # asked: it learns what it was told
+    assert all(c.state()["categories"] for c in s.candidates)
+    assert 400 <= learnt < PRIOR_FLOOR["memory"]

@@ -15,6 +15,10 @@ records the first candidate allocates; retries, real and in the shadow, follow t
 first candidate's rule (the larger of the largest value seen and twice what the killed
 attempt reached), as a regression's own retry (Ponder's: its largest allocation, a whole
 worker) costs more than the kill.
+
+Scoring and learning wait until an allocation needs them, then take what came in the order
+it came, so they end exactly as if done at once: a run whose every task declares its sizes
+never pays for them, and its records still reach the history that later runs learn from.
 """
 
 from __future__ import annotations
@@ -100,6 +104,15 @@ class Shadow:
             self.allocated[r] = self.allocated.get(r, 0.0) + given
 
 
+@dataclass(frozen=True, slots=True)
+class _Kill:
+    """A real attempt killed, waiting to be learnt."""
+
+    task: TaskFeatures
+    allocation: Resources
+    exhaustion: Exhaustion
+
+
 class Selector:
     """A :class:`~learners.sizing.base.Sizer` choosing, per category, among ``candidates``."""
 
@@ -111,15 +124,20 @@ class Selector:
         self.resources = self.candidates[0].resources
         self.worker = self.candidates[0].worker
         self.history = History()
-        self.shadows: dict[str, list[Shadow]] = {}
+        self._shadows: dict[str, list[Shadow]] = {}
+        self._unlearnt: list[Record | _Kill] = []
+        """What ended since the candidates last learnt, oldest first."""
+
+    @property
+    def shadows(self) -> dict[str, list[Shadow]]:
+        """Each category's candidates' accounts, up to the latest record."""
+        self._learn()
+        return self._shadows
 
     def chosen(self, category: str) -> Composite:
         """The candidate with the best shadow score in ``category`` (the first while warming up)."""
-        shadows = self.shadows.get(category)
-        if not shadows or shadows[0].records < WARMUP:
-            return self.candidates[0]
-        best = max(range(len(shadows)), key=lambda i: (*shadows[i].rank, -i))
-        return self.candidates[best]
+        self._learn()
+        return self._choice(category)
 
     def allocate(
         self,
@@ -127,26 +145,47 @@ class Selector:
         previous: Resources | None = None,
         exhaustion: Exhaustion | None = None,
     ) -> Resources:
+        if all(r in task.declared for r in self.resources):  # nothing learnt can change it
+            return self.candidates[0].allocate(task, previous, exhaustion)
+        self._learn()
         if exhaustion is not None:
             return self.candidates[0].allocate(task, previous, exhaustion)
-        return self.chosen(task.category).allocate(task, previous, exhaustion)
+        return self._choice(task.category).allocate(task, previous, exhaustion)
 
     def observe(self, record: Record) -> None:
-        category = record.task.category
-        shadows = self.shadows.setdefault(category, [Shadow() for _ in self.candidates])
-        for shadow, candidate in zip(shadows, self.candidates, strict=True):
-            shadow.account(candidate, record, self.candidates[0])
-            candidate.observe(record)
         self.history.add(record)
+        self._unlearnt.append(record)
 
     def observe_exhaustion(
         self, task: TaskFeatures, allocation: Resources, exhaustion: Exhaustion
     ) -> None:
-        category = task.category
-        shadows = self.shadows.setdefault(category, [Shadow() for _ in self.candidates])
-        shadows[self.candidates.index(self.chosen(category))].kills += 1
-        for candidate in self.candidates:
-            candidate.observe_exhaustion(task, allocation, exhaustion)
+        self._unlearnt.append(_Kill(task, allocation, exhaustion))
+
+    def _choice(self, category: str) -> Composite:
+        shadows = self._shadows.get(category)
+        if not shadows or shadows[0].records < WARMUP:
+            return self.candidates[0]
+        best = max(range(len(shadows)), key=lambda i: (*shadows[i].rank, -i))
+        return self.candidates[best]
+
+    def _learn(self) -> None:
+        """Score and learn what ended since the last time, in the order it ended."""
+        unlearnt, self._unlearnt = self._unlearnt, []
+        for event in unlearnt:
+            match event:
+                case Record(task=task):
+                    shadows = self._accounts(task.category)
+                    for shadow, candidate in zip(shadows, self.candidates, strict=True):
+                        shadow.account(candidate, event, self.candidates[0])
+                        candidate.observe(event)
+                case _Kill(task=task, allocation=allocation, exhaustion=exhaustion):
+                    shadows = self._accounts(task.category)
+                    shadows[self.candidates.index(self._choice(task.category))].kills += 1
+                    for candidate in self.candidates:
+                        candidate.observe_exhaustion(task, allocation, exhaustion)
+
+    def _accounts(self, category: str) -> list[Shadow]:
+        return self._shadows.setdefault(category, [Shadow() for _ in self.candidates])
 
     def capacity(self, task: TaskFeatures) -> Resources:
         return self.candidates[0].capacity(task)
