@@ -463,9 +463,13 @@ def _check_identity(target: Path) -> None:
         raise StoreError(target, f"was written by a newer leadtime (store schema {version})")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+"""One encoder for every row (``json.dumps`` with options builds one per call)."""
+
+
 def _encode(name: str, value: Any) -> Any:
     if name in _JSON and value is not None:
-        return json.dumps(value, separators=(",", ":"))
+        return _ENCODER.encode(value)
     return value
 
 

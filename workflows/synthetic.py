@@ -144,6 +144,9 @@ class Distribution:
         """One draw. ``position`` in [0, 1) is the task's place in its stage (index / count);
         it selects the phase of a phased shape, and without it a phase is drawn at random
         (the distribution over the whole stage)."""
+        parts = self._shape.components(self.params)
+        if len(parts) == 1:  # the same draw as through _draw, without its arrays
+            return float(_draw_component(rng, parts[0][0], 1)[0])
         positions = None if position is None else np.array([position], dtype=float)
         return float(self._draw(rng, 1, positions)[0])
 
