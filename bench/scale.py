@@ -1,13 +1,14 @@
 """How the manager scales with the number of tasks: workflows of 10k, 100k and 1M simulated
-tasks run on the mock backend (virtual time, an idle cluster of 20 nodes x 28 cores), each in a
-process of its own through ``leadtime run``, as a user runs them.
+tasks run on the mock backend (virtual time, an idle cluster of 20 nodes x 28 cores, or
+``--nodes``), each in a process of its own through ``leadtime run``, as a user runs them.
 
 For each shape (one stage; four stages in a chain, wide, narrow, wide, narrow) and size, it
 prints the wall time, the peak resident memory of the run's process, tasks per second of wall
 time, and the ratio of wall time per task to the size before it (1.00: the cost per task is
 flat; above: it grows with the number of tasks).
 
-    python bench/scale.py [--sizes 10000,100000,1000000] [--shapes one,chain] [--timeout 1800]
+    python bench/scale.py [--sizes 10000,100000,1000000] [--shapes one,chain] [--nodes 20]
+                          [--timeout 1800]
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-CLUSTER = "20x28:128G"
 LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
 ONE = """
 name = "scale-one"
 [[stage]]
 name = "work"
-allocation = {{ cores = 560, nodes = 20, memory = "20 * 100G", time = "24h" }}
+allocation = {{ cores = {cores}, nodes = {nodes}, memory = "{nodes} * 100G", time = "24h" }}
 tasks = {{ command = "true", count = {n}, cores = 1, memory = "1G", disk = "100M" }}
 simulate = {{ duration = "lognormal(60, 0.3)", memory = "normal(500, 50)", disk = "10" }}
 """
@@ -44,15 +44,14 @@ simulate = {{ duration = "lognormal(60, 0.3)", memory = "normal(500, 50)", disk 
 """
 
 
-def workflow(shape: str, n: int) -> str:
-    """The TOML of a workflow of ``n`` tasks of ``shape``."""
+def workflow(shape: str, n: int, nodes: int = 20) -> str:
+    """The TOML of a workflow of ``n`` tasks of ``shape`` on ``nodes`` nodes of 28 cores."""
     if shape == "one":
-        return ONE.format(n=n)
+        return ONE.format(n=n, cores=28 * nodes, nodes=nodes)
     text = 'name = "scale-chain"\n'
-    for i, nodes in enumerate((20, 4, 20, 4)):
+    for i, width in enumerate((nodes, nodes // 5, nodes, nodes // 5)):
         after = f'after = ["s{i - 1}"]' if i else ""
-        cores = 28 * nodes
-        text += CHAIN_STAGE.format(i=i, after=after, cores=cores, nodes=nodes, n=n // 4)
+        text += CHAIN_STAGE.format(i=i, after=after, cores=28 * width, nodes=width, n=n // 4)
     return text
 
 
@@ -69,14 +68,14 @@ class Measure:
         return self.tasks / self.wall_s
 
 
-def measure(shape: str, n: int, timeout: float) -> Measure:
+def measure(shape: str, n: int, nodes: int, timeout: float) -> Measure:
     """Run the workflow in a child process; its wall time and its peak RSS (from wait4)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "wf.toml").write_text(workflow(shape, n))
+        (root / "wf.toml").write_text(workflow(shape, n, nodes))
         command = [
             *LEADTIME, "run", str(root / "wf.toml"), "--backend", "mock", "--load", "0",
-            "--cluster", CLUSTER, "--strategy", "per-stage", "--quiet", "--json",
+            "--cluster", f"{nodes}x28:128G", "--strategy", "per-stage", "--quiet", "--json",
             "--db", str(root / "store.db"),
         ]  # fmt: skip
         with open(root / "out", "wb") as out, open(root / "err", "wb") as err:
@@ -103,15 +102,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--shapes", default="one,chain")
+    parser.add_argument("--nodes", type=int, default=20, help="nodes of 28 cores (at least 5)")
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.nodes < 5:
+        parser.error("--nodes: at least 5 (the chain's narrow stages have a fifth of them)")
     print(f"{'shape':<6} {'tasks':>9} {'wall':>9} {'peak RSS':>9} {'tasks/s':>8} "
           f"{'cost/task vs previous':>22}  status")  # fmt: skip
     for shape in args.shapes.split(","):
         previous: Measure | None = None
         for n in sizes:
-            m = measure(shape, n, args.timeout)
+            m = measure(shape, n, args.nodes, args.timeout)
             ratio = "-"
             if previous is not None:
                 ratio = f"{(m.wall_s / m.tasks) / (previous.wall_s / previous.tasks):.2f}"

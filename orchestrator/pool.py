@@ -4,13 +4,19 @@ The pool knows each worker's capacity, what is allocated on it, the stages
 its pilot serves and whether the pilot still takes work. It places a sized
 task on a worker with room, preferring the pilot of the task's stage, and
 never on a worker whose pilot ends before the task would.
+
+Workers are kept by the stages their pilot serves, each group ordered by free cores, so
+that a placement looks only at workers with enough cores free, from the fullest up, and
+stops at the first with room: its cost does not grow with the number of full workers.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Protocol
 
 from learners.resources import PACKED, Resources
@@ -42,15 +48,19 @@ class Slot:
     worker: Worker
     pilot_id: str
     stages: frozenset[str]
+    joined: int
+    """Its place in the order workers joined: the first of equally good workers wins."""
     used: Resources = field(default_factory=Resources)
     running: int = 0
+    key: tuple[float, int] | None = None
+    """Its entry in its group's order (free cores, joined); None while it takes no work."""
 
     @property
     def free_cores(self) -> float:
         return self.worker.capacity.cores - self.used.cores
 
     def has_room(self, allocation: Resources) -> bool:
-        """Whether ``allocation`` fits in what is free (asked of every slot per placement)."""
+        """Whether ``allocation`` fits in what is free."""
         capacity, used = self.worker.capacity, self.used
         return (
             allocation.cores <= capacity.cores - used.cores + 1e-9
@@ -68,23 +78,41 @@ class Pool:
         self._draining: set[str] = set()
         self._running: Counter[str] = Counter()
         """Attempts running per pilot: asked of every live pilot on every pass."""
+        self._groups: dict[frozenset[str], list[tuple[float, int]]] = {}
+        """Per set of stages served, the workers taking work by (free cores, joined)."""
+        self._by_order: dict[int, Slot] = {}
+        self._order = count()
+        self._largest: dict[str, Resources | None] = {}
+        """What :meth:`largest_for` found, until a worker joins or leaves."""
 
     def join(self, worker: Worker, pilot_id: str, stages: frozenset[str]) -> None:
         """``worker`` of pilot ``pilot_id`` (the engine's id) serves ``stages`` first (a worker
         that joins again starts afresh)."""
         self.leave(worker.id)
-        self._slots[worker.id] = Slot(worker, pilot_id, stages)
+        self._largest.clear()
+        slot = self._slots[worker.id] = Slot(worker, pilot_id, stages, next(self._order))
+        self._by_order[slot.joined] = slot
+        if pilot_id not in self._draining:
+            self._enter(slot)
 
     def leave(self, worker_id: str) -> Slot | None:
         """Forget a worker; its slot, if it was in the pool."""
         slot = self._slots.pop(worker_id, None)
         if slot is not None:
             self._running[slot.pilot_id] -= slot.running
+            self._exit(slot)
+            del self._by_order[slot.joined]
+            self._largest.clear()
         return slot
 
     def drain(self, pilot_id: str) -> None:
         """The pilot takes no new work (its stages are done, or it is being released)."""
+        if pilot_id in self._draining:
+            return
         self._draining.add(pilot_id)
+        for slot in self._slots.values():
+            if slot.pilot_id == pilot_id:
+                self._exit(slot)
 
     def workers(self, pilot_id: str | None = None) -> Iterator[Worker]:
         for slot in self._slots.values():
@@ -100,24 +128,56 @@ class Pool:
         Workers of the stage's own pilot come first; among equals, the one the
         task fills most (best fit), to keep room for larger tasks elsewhere.
         """
-        best: tuple[tuple[bool, float], Slot] | None = None
-        for slot in self._slots.values():
-            if not self._eligible(slot, stage, until) or not slot.has_room(allocation):
-                continue
-            rank = (stage not in slot.stages, slot.free_cores - allocation.cores)
-            if best is None or rank < best[0]:
-                best = (rank, slot)
-        if best is None:
-            return None
-        slot = best[1]
-        self._take(slot, allocation)
+        own = [g for g in self._groups if stage in g]
+        slot = self._first_fit(own, allocation, until)
+        if slot is None and self.share:
+            slot = self._first_fit([g for g in self._groups if stage not in g], allocation, until)
+        if slot is not None:
+            self._take(slot, allocation)
         return slot
+
+    def _first_fit(
+        self, groups: list[frozenset[str]], allocation: Resources, until: float
+    ) -> Slot | None:
+        """Of the workers in ``groups`` with room for ``allocation`` until ``until``, the one
+        with the fewest cores free (the first to join among equals)."""
+        best: Slot | None = None
+        for group in groups:
+            order = self._groups[group]
+            for i in range(bisect_left(order, (allocation.cores - 1e-9,)), len(order)):
+                key = order[i]
+                if best is not None and best.key is not None and best.key < key:
+                    break
+                slot = self._by_order[key[1]]
+                worker = slot.worker
+                if worker.end_time >= until and worker.accepting and slot.has_room(allocation):
+                    best = slot
+                    break
+        return best
+
+    def _enter(self, slot: Slot) -> None:
+        slot.key = (slot.free_cores, slot.joined)
+        insort(self._groups.setdefault(slot.stages, []), slot.key)
+
+    def _exit(self, slot: Slot) -> None:
+        if slot.key is not None:
+            order = self._groups[slot.stages]
+            del order[bisect_left(order, slot.key)]
+            if not order:
+                del self._groups[slot.stages]
+            slot.key = None
 
     def largest_for(self, stage: str) -> Resources | None:
         """The capacity of the largest worker the stage may use, draining or not (a pilot that
         replaces a draining one brings workers of the same size)."""
-        caps = [s.worker.capacity for s in self._slots.values() if self.share or stage in s.stages]
-        return max(caps, key=lambda c: (c.cores, c.memory, c.disk), default=None)
+        if stage not in self._largest:
+            caps = [
+                s.worker.capacity for s in self._slots.values() if self.share or stage in s.stages
+            ]
+            self._largest[stage] = max(
+                caps, key=lambda c: (c.cores, c.memory, c.disk), default=None
+            )
+        return self._largest[stage]
 
     def occupy(self, worker_id: str, allocation: Resources) -> None:
         """Count an attempt already running on a worker that (re)joined the pool."""
@@ -129,14 +189,19 @@ class Pool:
         """Give back what an attempt held (no-op if the worker already left)."""
         slot = self._slots.get(worker_id)
         if slot is not None:
-            slot.used = slot.used.minus(allocation)
-            slot.running -= 1
-            self._running[slot.pilot_id] -= 1
+            self._use(slot, slot.used.minus(allocation), -1)
 
     def _take(self, slot: Slot, allocation: Resources) -> None:
-        slot.used = slot.used.plus(allocation)
-        slot.running += 1
-        self._running[slot.pilot_id] += 1
+        self._use(slot, slot.used.plus(allocation), 1)
+
+    def _use(self, slot: Slot, used: Resources, attempts: int) -> None:
+        taking = slot.key is not None
+        self._exit(slot)
+        slot.used = used
+        slot.running += attempts
+        self._running[slot.pilot_id] += attempts
+        if taking:
+            self._enter(slot)
 
     def slots_for(self, stage: str, allocation: Resources, until: float) -> int:
         """How many tasks of this size the stage could run at once on the workers it may use."""
