@@ -205,18 +205,23 @@ class Pool:
 
     def slots_for(self, stage: str, allocation: Resources, until: float) -> int:
         """How many tasks of this size the stage could run at once on the workers it may use."""
+        rooms: dict[Resources, int] = {}
         total = 0
-        for slot in self._slots.values():
-            if self._eligible(slot, stage, until):
-                room = min(
-                    slot.worker.capacity[r] // allocation[r] if allocation[r] > 0 else float("inf")
-                    for r in PACKED
-                )
-                total += int(min(room, 1e6))
+        for group, order in self._groups.items():
+            if not self.share and stage not in group:
+                continue
+            for _, joined in order:
+                worker = self._by_order[joined].worker
+                if worker.end_time < until or not worker.accepting:
+                    continue
+                room = rooms.get(worker.capacity)
+                if room is None:
+                    room = rooms[worker.capacity] = _room(worker.capacity, allocation)
+                total += room
         return total
 
-    def _eligible(self, slot: Slot, stage: str, until: float) -> bool:
-        worker = slot.worker
-        if slot.pilot_id in self._draining or worker.end_time < until or not worker.accepting:
-            return False
-        return self.share or stage in slot.stages
+
+def _room(capacity: Resources, allocation: Resources) -> int:
+    """How many of ``allocation`` a worker of ``capacity`` holds (a million at most)."""
+    room = min(capacity[r] // allocation[r] if allocation[r] > 0 else float("inf") for r in PACKED)
+    return int(min(room, 1e6))

@@ -48,7 +48,8 @@ STAGE_SETS = [frozenset({"a"}), frozenset({"b"}), frozenset({"a", "b"})]
     ),
 )
 def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_first(share, ops):
-    """The pool's ordered groups choose as a scan of every worker would."""
+    """The pool's ordered groups choose, and count a stage's slots, as a scan of every worker
+    would."""
     pool = Pool(share)
     joined: dict[str, tuple[Node, frozenset[str], Resources]] = {}  # in join order: worker, used
     draining: set[str] = set()
@@ -76,6 +77,19 @@ def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_
             joined[worker_id] = (node, stages, used.minus(size))
         elif op == "p":
             stage, size, until = "ab"[k % 2], SIZES[(n + k) % len(SIZES)], 50.0 * (k % 5)
+            usable = [
+                node.capacity
+                for node, stages, _ in joined.values()
+                if node.pilot_id not in draining
+                and node.end_time >= until
+                and node.accepting
+                and (share or stage in stages)
+            ]
+            slots = sum(
+                int(min(c.cores // size.cores, c.memory // size.memory, c.disk // size.disk))
+                for c in usable
+            )
+            assert pool.slots_for(stage, size, until) == slots
             fits = [
                 ((stage not in stages, node.capacity.cores - used.cores), worker_id)
                 for worker_id, (node, stages, used) in joined.items()
