@@ -243,12 +243,11 @@ class Engine:
             return
         plan = state.plan()
         self._wake = None if plan.wake_at is None else plan.wake_at + state.t0
-        finished = state.finished_pilots()
         # What the events taught is written before anything is submitted, cancelled or
         # released: a pilot released for a stage whose last result is not in the store would
         # take that result with it if the manager died now. A pass that acts on no pilot
         # writes once, with its placements.
-        if plan.actions or finished:
+        if plan.actions:
             await self.recorder.write_ahead()
         if self.learner is not None:
             await self.learner.save(self.store)
@@ -259,7 +258,6 @@ class Engine:
                 await self._submit(action)
             else:
                 await self._let_go(action)
-        await self._release(finished)
         self._tick()
         launches = state.place()
         await self.recorder.write_ahead()
@@ -358,14 +356,6 @@ class Engine:
         else:
             await self.backend.cancel(pilot.job_id)
 
-    async def _release(self, pilots: list[PilotRun]) -> None:
-        for pilot in pilots:
-            if pilot.released:  # a planner's Release came first
-                continue
-            pilot.released = True
-            if pilot.job_id is not None:
-                await self.backend.release(pilot.job_id)
-
     async def _take_over(self, pilots: Sequence[PilotRun]) -> None:
         """A resumed run's live pilots followed again; those gone meanwhile are replaced by
         the planner."""
@@ -451,13 +441,11 @@ class Engine:
         stops neither the others nor the record of the run; the first failure is raised after.
         """
         failed: dict[str, Exception] = {}
-        for pilot in self.state.pilots.values():
-            if pilot.live and pilot.job_id is not None:
-                pilot.released = True
-                try:
-                    await self.backend.release(pilot.job_id)
-                except Exception as e:  # the other pilots must not outlive the run
-                    failed[pilot.job_id] = e
+        for pilot in self.state.release_all():
+            try:
+                await self.backend.release(pilot.job_id)
+            except Exception as e:  # the other pilots must not outlive the run
+                failed[pilot.job_id] = e
         await self._settle(unreleased=frozenset(failed))
         for task in self._inflight:
             task.cancel()

@@ -366,13 +366,20 @@ class RunState:
     # ---- planning -------------------------------------------------------------
 
     def plan(self) -> Plan:
-        """What the planner decides now; its new notes are taken."""
+        """What the planner decides now, and the release of every pilot whose stages are
+        over and on which nothing runs; the planner's new notes are taken."""
         plan = self.planner.decide(self.now, self.stage_views(), self.pilot_views())
         for note in plan.notes:
             if note not in self._standing:
                 self.note(note)
         self._standing = frozenset(plan.notes)
-        return plan
+        decided = {a.pilot_id for a in plan.actions if not isinstance(a, Submit)}
+        over = tuple(
+            Release(p.pilot_id, "its stages are over: released")
+            for p in self._finished()
+            if p.pilot_id not in decided
+        )
+        return replace(plan, actions=plan.actions + over) if over else plan
 
     def stage_views(self) -> dict[str, StageView]:
         ends = forecast.stage_ends(self.stages, self.now, self._progress_end)
@@ -487,7 +494,15 @@ class RunState:
         self.note(f"pilot {pilot.pilot_id}: {action.why}")
         return pilot
 
-    def finished_pilots(self) -> list[PilotRun]:
+    def release_all(self) -> list[PilotRun]:
+        """The run is over: every pilot with a job still alive is let go (the backend cancels
+        one still pending)."""
+        alive = [p for p in self.pilots.values() if p.live and p.job_id is not None]
+        for pilot in alive:
+            pilot.released = True
+        return alive
+
+    def _finished(self) -> list[PilotRun]:
         """Pilots whose stages are all over and on which nothing runs: to be released (each
         is drained, so that it takes no new task meanwhile)."""
         finished = []
