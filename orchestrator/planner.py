@@ -55,11 +55,17 @@ class StageView:
     allocation: Allocation
     phase: Phase
     ready_t: float | None = None
-    forecast_end: float | None = None
+    forecast: Callable[[], float | None] = lambda: None
+    """When the stage is forecast to end (None while unknown), worked out when asked: a
+    forecast looks at every task the stage runs, and most planners, most passes, ask none."""
     demand: Callable[[], Demand] | None = None
     """What the stage still has to run, for an automatic allocation (None: hand-written)."""
     width: int = 0
     """The cores its tasks not done yet can use at once, at most its allocation's."""
+
+    @property
+    def forecast_end(self) -> float | None:
+        return self.forecast()
 
 
 @dataclass(frozen=True, slots=True)

@@ -382,7 +382,10 @@ class RunState:
         return replace(plan, actions=plan.actions + over) if over else plan
 
     def stage_views(self) -> dict[str, StageView]:
-        ends = forecast.stage_ends(self.stages, self.now, self._progress_end)
+        """The stages as the planner sees them now (to be read before the state changes)."""
+        ends = functools.cache(
+            functools.partial(forecast.stage_ends, self.stages, self.now, self._progress_end)
+        )
         return {
             name: StageView(
                 name,
@@ -390,7 +393,7 @@ class RunState:
                 s.spec.allocation,
                 s.phase,
                 s.ready_t,
-                ends.get(name),
+                functools.partial(_forecast_of, ends, name),
                 functools.partial(self._demand, s) if s.spec.allocation.auto else None,
                 self._width(s),
             )
@@ -790,6 +793,10 @@ class RunState:
 
     def _abs(self, t: float | None) -> float | None:
         return None if t is None else t + self.t0
+
+
+def _forecast_of(ends: Callable[[], dict[str, float]], stage: str) -> float | None:
+    return ends().get(stage)
 
 
 def _fitted(task: TaskRun, worker: Resources) -> Resources | None:

@@ -35,7 +35,8 @@ def chain(*stages):
     views = {}
     for i, (allocation, phase, width, end) in enumerate(stages):
         after = (f"s{i - 1}",) if i else ()
-        views[f"s{i}"] = StageView(f"s{i}", after, allocation, phase, None, end, width=width)
+        forecast = lambda end=end: end  # noqa: E731
+        views[f"s{i}"] = StageView(f"s{i}", after, allocation, phase, None, forecast, width=width)
     return views
 
 

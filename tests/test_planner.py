@@ -28,7 +28,8 @@ def chain(*phases, ends=None):
     views = {}
     for i, (phase, end) in enumerate(zip(phases, ends, strict=True)):
         after = (f"s{i - 1}",) if i else ()
-        views[f"s{i}"] = StageView(f"s{i}", after, A28 if i % 2 == 0 else A1, phase, None, end)
+        allocation = A28 if i % 2 == 0 else A1
+        views[f"s{i}"] = StageView(f"s{i}", after, allocation, phase, None, lambda end=end: end)
     return views
 
 
