@@ -52,12 +52,17 @@ class Slot:
     """Its place in the order workers joined: the first of equally good workers wins."""
     used: Resources = field(default_factory=Resources)
     running: int = 0
-    key: tuple[float, int] | None = None
-    """Its entry in its group's order (free cores, joined); None while it takes no work."""
+    key: tuple[float, int, Slot] | None = None
+    """Its entry in its group's order (free cores, joined, itself); None while it takes no
+    work."""
 
     @property
     def free_cores(self) -> float:
         return self.worker.capacity.cores - self.used.cores
+
+    def takes(self, until: float) -> bool:
+        """Whether its worker takes new attempts that run until ``until``."""
+        return self.worker.end_time >= until and self.worker.accepting
 
     def has_room(self, allocation: Resources) -> bool:
         """Whether ``allocation`` fits in what is free."""
@@ -78,9 +83,8 @@ class Pool:
         self._draining: set[str] = set()
         self._running: Counter[str] = Counter()
         """Attempts running per pilot: asked of every live pilot on every pass."""
-        self._groups: dict[frozenset[str], list[tuple[float, int]]] = {}
+        self._groups: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
         """Per set of stages served, the workers taking work by (free cores, joined)."""
-        self._by_order: dict[int, Slot] = {}
         self._order = count()
         self._largest: dict[str, Resources | None] = {}
         """What :meth:`largest_for` found, until a worker joins or leaves."""
@@ -91,7 +95,6 @@ class Pool:
         self.leave(worker.id)
         self._largest.clear()
         slot = self._slots[worker.id] = Slot(worker, pilot_id, stages, next(self._order))
-        self._by_order[slot.joined] = slot
         if pilot_id not in self._draining:
             self._enter(slot)
 
@@ -101,7 +104,6 @@ class Pool:
         if slot is not None:
             self._running[slot.pilot_id] -= slot.running
             self._exit(slot)
-            del self._by_order[slot.joined]
             self._largest.clear()
         return slot
 
@@ -141,22 +143,21 @@ class Pool:
     ) -> Slot | None:
         """Of the workers in ``groups`` with room for ``allocation`` until ``until``, the one
         with the fewest cores free (the first to join among equals)."""
-        best: Slot | None = None
+        best: tuple[float, int, Slot] | None = None
         for group in groups:
             order = self._groups[group]
             for i in range(bisect_left(order, (allocation.cores - 1e-9,)), len(order)):
-                key = order[i]
-                if best is not None and best.key is not None and best.key < key:
+                entry = order[i]
+                if best is not None and best < entry:
                     break
-                slot = self._by_order[key[1]]
-                worker = slot.worker
-                if worker.end_time >= until and worker.accepting and slot.has_room(allocation):
-                    best = slot
+                slot = entry[2]
+                if slot.takes(until) and slot.has_room(allocation):
+                    best = entry
                     break
-        return best
+        return None if best is None else best[2]
 
     def _enter(self, slot: Slot) -> None:
-        slot.key = (slot.free_cores, slot.joined)
+        slot.key = (slot.free_cores, slot.joined, slot)
         insort(self._groups.setdefault(slot.stages, []), slot.key)
 
     def _exit(self, slot: Slot) -> None:
@@ -210,13 +211,13 @@ class Pool:
         for group, order in self._groups.items():
             if not self.share and stage not in group:
                 continue
-            for _, joined in order:
-                worker = self._by_order[joined].worker
-                if worker.end_time < until or not worker.accepting:
+            for _, _, slot in order:
+                if not slot.takes(until):
                     continue
-                room = rooms.get(worker.capacity)
+                capacity = slot.worker.capacity
+                room = rooms.get(capacity)
                 if room is None:
-                    room = rooms[worker.capacity] = _room(worker.capacity, allocation)
+                    room = rooms[capacity] = _room(capacity, allocation)
                 total += room
         return total
 
