@@ -182,6 +182,12 @@ class BatchBackend(Protocol):
         stage's workers are planned with before any has arrived; None where it cannot tell."""
         ...
 
+    async def expected_wait(self, request: PilotRequest) -> float | None:
+        """How long the scheduler itself expects a pilot like ``request`` submitted now
+        (its dependency aside) to wait, from the queue as it is (Slurm: ``sbatch
+        --test-only``); None where it cannot tell. Submits nothing."""
+        ...
+
     async def submit(self, request: PilotRequest) -> str:
         """Submit a pilot; return its job id. Raises :class:`SubmitError` on rejection."""
         ...

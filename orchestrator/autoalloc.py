@@ -20,14 +20,20 @@ its slots) plus the core-hours it holds priced at ``cost`` seconds each (the
 elastic strategy's lambda, ``--cost``: a wider pilot finishes sooner but idles
 more cores in its last wave); the cheapest wins, ties (within 1% of its wait +
 run time) to the narrower. The wait of a width is the one its geometry last had
-(the freshest evidence of the queue there is); a width never tried is read off
+(the freshest the learner has); a width never tried is read off
 the line through the learned waits by cores (from no wait at no cores,
 proportional beyond the widest), a prior the learner corrects once a pilot of
 that width has waited, and no candidate is more than twice as wide as the
 widest learned one (:data:`WIDER`). With no wait learned at all, waits count as
-nothing. Tasks of one core ask for cores only, wherever the scheduler finds
-them, as a hand-written allocation without ``nodes`` does; tasks of several
-cores get whole nodes (``--nodes``), so that no task is split.
+nothing. A width the scheduler itself expects to start now (within :data:`NOW_S`: Slurm's
+``sbatch --test-only``, asked before the choice about the widths :func:`to_ask` lists)
+waits nothing, whatever was learned: the queue as it is outweighs the queue as it was,
+and such a pilot fills a gap the backfill scheduler has now. A later expected start is
+not used: the scheduler assumes every job runs to its limit and none arrives, so it is
+no better a wait than the learned one. Tasks of one core ask for cores only,
+wherever the scheduler finds them, as a hand-written allocation without
+``nodes`` does; tasks of several cores get whole nodes (``--nodes``), so that no
+task is split.
 
 **Time limit.** The :data:`RISK` quantile of the stage's predicted run time on
 the chosen width (schedules of run times drawn from the learned ones, seeded),
@@ -45,6 +51,7 @@ Pure and deterministic: no I/O; the only randomness is a fixed seed.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -77,6 +84,9 @@ run as their waits are learned)."""
 TIE = 0.01
 """Widths whose cost is within this share of the cheapest one's wait + run time count as
 equal: the narrower wins, holding fewer cores for the same time."""
+NOW_S = 60.0
+"""A pilot the scheduler expects to start within this long starts now (its next backfill
+pass): its wait counts as nothing."""
 SEED = 0
 LEARNED_KEEP = 2000
 """At most this many learned run times per stage are used (the latest)."""
@@ -105,6 +115,17 @@ class Demand:
     longest 5 min 31 s``."""
 
 
+class WaitFrom(enum.Enum):
+    """Where a chosen width's expected wait comes from."""
+
+    LEARNED = "learned"
+    """What a pilot of this geometry last waited."""
+    OTHER_WIDTHS = "other widths"
+    """Read off the waits learned of other widths: this one was never tried."""
+    SCHEDULER = "scheduler"
+    """The scheduler expects it to start now."""
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
     """The chosen pilot: ``cores`` on ``nodes`` nodes, ``time_limit_s``, and why."""
@@ -119,10 +140,9 @@ class Fit:
     """Expected queue wait (None: none learned)."""
     because: str
     pinned: bool = False
-    wait_seen: bool = False
-    """``wait_s`` is what a pilot of this geometry last waited, not read off other widths'."""
     """Ask for exactly ``nodes`` nodes (tasks of several cores need them whole); otherwise
     only the cores are asked for, and the scheduler places them wherever there is room."""
+    wait_from: WaitFrom = WaitFrom.LEARNED
 
     def words(self, stage: str) -> str:
         """``stage x fit: 3 nodes x 28 cores, 2 h 10 min, predicted wait 14 min, because ...``"""
@@ -135,7 +155,9 @@ class Fit:
         )
         if self.wait_s is None:
             wait = "no wait learned"
-        elif self.wait_seen:
+        elif self.wait_from is WaitFrom.SCHEDULER:
+            wait = "starts now, as the scheduler foresees"
+        elif self.wait_from is WaitFrom.LEARNED:
             wait = f"predicted wait {duration(self.wait_s)}"
         else:
             wait = f"wait {duration(self.wait_s)} by other widths' (never tried)"
@@ -174,6 +196,18 @@ def demand(
 WaitOf = Callable[[int | None, int], float | None]
 """The learned wait of a pilot of (nodes, cores), nodes None where not pinned; None where
 never learned."""
+
+Geometry = tuple[int | None, int, float, int | None]
+"""A pilot as the scheduler is asked about it: nodes (None where not pinned), cores, time
+limit (s), memory (MB; None: the scheduler's default)."""
+
+Expected = Callable[[Geometry], float | None]
+"""The wait the scheduler foresees for a pilot of a geometry submitted now; None where it
+was not asked or could not tell."""
+
+
+def _not_asked(geometry: Geometry) -> float | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +264,7 @@ class _Shape:
         why: str,
         demand: Demand,
         wait_s: float | None = None,
-        wait_seen: bool = False,
+        wait_from: WaitFrom = WaitFrom.LEARNED,
     ) -> Fit:
         """The pilot of ``slots`` tasks side by side."""
         memory = None if demand.task_memory_mb is None else math.ceil(slots * demand.task_memory_mb)
@@ -243,41 +277,107 @@ class _Shape:
             wait_s,
             why,
             self.pinned,
-            wait_seen,
+            wait_from,
         )
+
+    def geometry(self, slots: int, limit: float, demand: Demand) -> Geometry:
+        fit = self.fit(slots, limit, None, "", demand)
+        return (fit.nodes if fit.pinned else None, fit.cores, limit, fit.memory_mb)
+
+
+@dataclass(frozen=True, slots=True)
+class _Weighing:
+    """The widths an automatic allocation may take, with their learned waits and run times."""
+
+    shape: _Shape
+    cores: dict[int, int]
+    learned: dict[int, float | None]
+    waits: dict[int, float]
+    timed: dict[int, tuple[float, float]]
+    """Each width's expected run time and time limit."""
+    allowed: list[int]
+    """The widths whose wait is known (or all, where none is)."""
+    fitting: list[int]
+    """The allowed widths whose time limit is within ``max_time``."""
+
+    @classmethod
+    def of(cls, demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf) -> _Weighing:
+        shape = _Shape.of(demand, node)
+        runs = np.sort(np.asarray(demand.durations, dtype=float))
+        slots = shape.candidates(bounds)
+        cores = {s: shape.cores(s) for s in slots}
+        learned = {s: wait_of(shape.nodes(s) if shape.pinned else None, cores[s]) for s in slots}
+        waits = _waits(learned, cores)
+        timed = {s: _run_time(runs, shape.tasks, s) for s in slots}
+        allowed = [s for s in slots if s in waits] if waits else slots
+        most = bounds.max_time_s
+        fitting = [s for s in allowed if most is None or timed[s][1] <= most]
+        return cls(shape, cores, learned, waits, timed, allowed, fitting, demand)
+
+    demand: Demand
+
+    def geometry(self, slots: int) -> Geometry:
+        return self.shape.geometry(slots, self.timed[slots][1], self.demand)
+
+    def prices(self, waits: dict[int, float], cost: float) -> tuple[dict[int, float], int]:
+        """Each fitting width's wait + run time + priced core-hours, and the cheapest width."""
+        price = {
+            s: waits.get(s, 0.0) + self.timed[s][0] * (1 + cost * self.cores[s] / 3600.0)
+            for s in self.fitting
+        }
+        return price, min(self.fitting, key=price.__getitem__)
+
+
+def to_ask(
+    demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf, cost: float = 0.0
+) -> list[Geometry]:
+    """The pilots to ask the scheduler about before :func:`choose`: the widths that would be
+    chosen instead of the cheapest if they started now (none where no run time is known: the
+    fallback weighs nothing)."""
+    if not demand.durations:
+        return []
+    w = _Weighing.of(demand, node, bounds, wait_of)
+    if not w.fitting:
+        return []
+    price, cheapest = w.prices(w.waits, cost)
+    now, _ = w.prices({}, cost)
+    return [w.geometry(s) for s in w.fitting if s != cheapest and now[s] < price[cheapest]]
 
 
 def choose(
-    demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf, cost: float = 0.0
+    demand: Demand,
+    node: Node,
+    bounds: Allocation,
+    wait_of: WaitOf,
+    cost: float = 0.0,
+    expected: Expected = _not_asked,
 ) -> Fit:
     """The pilot for ``demand`` on nodes like ``node`` within the automatic allocation
     ``bounds`` (its ``max_nodes``, ``max_cores``, ``max_time_s``); ``cost`` is the seconds
-    of makespan a core-hour is worth (the elastic strategy's lambda)."""
+    of makespan a core-hour is worth (the elastic strategy's lambda); ``expected`` the
+    scheduler's own foresight of the waits :func:`to_ask` listed."""
     if not demand.durations:
         return fallback(demand, node, bounds)
-    shape = _Shape.of(demand, node)
-    runs = np.sort(np.asarray(demand.durations, dtype=float))
-    slots = shape.candidates(bounds)
-    cores = {s: shape.cores(s) for s in slots}
-    learned = {s: wait_of(shape.nodes(s) if shape.pinned else None, cores[s]) for s in slots}
-    waits = _waits(learned, cores)
-    timed = {s: _run_time(runs, shape.tasks, s) for s in slots}
-    allowed = [s for s in slots if s in waits] if waits else slots
-    fitting = [s for s in allowed if bounds.max_time_s is None or timed[s][1] <= bounds.max_time_s]
+    w = _Weighing.of(demand, node, bounds, wait_of)
+    waits, timed, cores, fitting = dict(w.waits), w.timed, w.cores, w.fitting
+    now = {s for s in fitting if (e := expected(w.geometry(s))) is not None and e <= NOW_S}
+    waits.update(dict.fromkeys(now, 0.0))
     if fitting:
         took = {s: waits.get(s, 0.0) + timed[s][0] for s in fitting}
-        price = {s: took[s] + cost * cores[s] * timed[s][0] / 3600.0 for s in fitting}
-        cheapest = min(fitting, key=price.__getitem__)
+        price, cheapest = w.prices(waits, cost)
         best = min(s for s in fitting if price[s] <= price[cheapest] + TIE * took[cheapest])
         mean, limit = timed[best]
-        why = f"{demand.source}; {_weighed(waits, len(allowed), cost)}"
+        why = f"{demand.source}; {_weighed(waits, len(w.allowed), cost)}"
     else:
         assert bounds.max_time_s is not None
-        best = allowed[-1]
+        best = w.allowed[-1]
         mean, limit = timed[best][0], bounds.max_time_s
         why = f"{demand.source}; even {cores[best]} cores need longer than max_time allows"
-    seen = learned[best] is not None
-    return shape.fit(best, limit, mean, why, demand, wait_s=waits.get(best), wait_seen=seen)
+    if best in now:
+        source = WaitFrom.SCHEDULER
+    else:
+        source = WaitFrom.LEARNED if w.learned[best] is not None else WaitFrom.OTHER_WIDTHS
+    return w.shape.fit(best, limit, mean, why, demand, wait_s=waits.get(best), wait_from=source)
 
 
 def fallback(demand: Demand, node: Node, bounds: Allocation) -> Fit:

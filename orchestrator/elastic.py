@@ -173,6 +173,8 @@ class Elastic:
     node: Resources
     cost: float = DEFAULT_COST
     name: str = "elastic"
+    fit = None
+    """Automatic allocations keep their fallback: units are planned from the run's width."""
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
         """Each stage's unit as wide as it or a node, with its memory: what may be submitted

@@ -138,6 +138,8 @@ class Engine:
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._inflight: set[asyncio.Task[None]] = set()
         self._wake: float | None = None
+        self._choosing = planner.fit is not None and any(s.allocation.auto for s in workflow.stages)
+        """The planner chooses automatic allocations: the scheduler is asked first."""
         self._record = record or {}
         self._restored: list[PilotRun] | None = None
         """Pilots to take over before the loop starts, for a resumed run."""
@@ -241,6 +243,9 @@ class Engine:
         if not state.running:
             await self.recorder.flush()
             return
+        if self._choosing:
+            await self._ask_scheduler()
+            self._tick()
         plan = state.plan()
         self._wake = None if plan.wake_at is None else plan.wake_at + state.t0
         # What the events taught is written before anything is submitted, cancelled or
@@ -338,6 +343,15 @@ class Engine:
                         f"{name} = {value:g}, but a node gives the stage's pilot at most "
                         f"{most:g}: no task could start; nothing was submitted"
                     )
+
+    async def _ask_scheduler(self) -> None:
+        """Ask the batch system what it foresees of the pilots an automatic allocation is
+        about to choose between: the queue as it is now, where the learner knows the past."""
+        fit = self.planner.fit
+        assert fit is not None
+        for allocation in fit.to_ask(self.state.now, self.state.stage_views().values()):
+            request = self.state.request("foreseen", allocation, ())
+            fit.foreseen(allocation, await self.backend.expected_wait(request))
 
     async def _submit(self, action: Submit) -> None:
         pilot = self.state.submitting(action)

@@ -21,14 +21,15 @@ geometry and time limit chosen when the planner first plans that pilot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
 from learners.queue_wait import Prediction
 from learners.resources import Resources
-from orchestrator.autoalloc import Demand, Fit, Node, choose, fitted
+from orchestrator.autoalloc import Demand, Fit, Geometry, Node, WaitOf, choose, fitted, to_ask
 from orchestrator.human import duration, offset
 from workflows.spec import Allocation
 
@@ -122,6 +123,8 @@ class Plan:
 
 class Planner(Protocol):
     name: str
+    fit: AutoFit | None
+    """Chooses its automatic allocations (None: it submits them at their fallback)."""
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
@@ -137,30 +140,76 @@ WaitOutlook = Callable[[Allocation], float | None]
 never learned)."""
 
 
+ASK_AGAIN_S = 300.0
+"""A stage whose choice is still to come has its widths asked about again after this long."""
+
+
 @dataclass
 class AutoFit:
     """Chooses automatic allocations on nodes like ``node``; a stage's choice is kept until
-    its pilot is submitted, so its predicted wait and its submission agree."""
+    its pilot is submitted, so its predicted wait and its submission agree. Before a choice,
+    the engine asks the scheduler what it foresees of the widths :meth:`to_ask` lists."""
 
     node: Node
     outlook: WaitOutlook
     cost: float = 0.0
     """Seconds of makespan a core-hour is worth (``--cost``)."""
     _fits: dict[str, Fit] = field(default_factory=dict)
+    _foreseen: dict[Geometry, float | None] = field(default_factory=dict)
+    """The waits the scheduler foresaw, by pilot geometry."""
+    _asked: dict[str, float] = field(default_factory=dict)
+    """When each stage's widths were last asked about."""
 
     def allocation(self, view: StageView) -> tuple[Allocation, Fit | None]:
         """The pilot of ``view``'s stage, and the choice behind it (None: hand-written)."""
         if view.demand is None or not view.allocation.auto:
             return view.allocation, None
         if view.name not in self._fits:
-            base = view.allocation
-
-            def wait_of(nodes: int | None, cores: int) -> float | None:
-                return self.outlook(replace(base, nodes=nodes, cores=cores))
-
-            self._fits[view.name] = choose(view.demand(), self.node, base, wait_of, self.cost)
+            self._fits[view.name] = choose(
+                view.demand(),
+                self.node,
+                view.allocation,
+                self._wait_of(view.allocation),
+                self.cost,
+                self._foreseen.get,
+            )
         fit = self._fits[view.name]
         return fitted(view.allocation, fit), fit
+
+    def to_ask(self, now: float, views: Iterable[StageView]) -> list[Allocation]:
+        """The pilots to ask the scheduler about now: of each open automatic stage whose
+        choice is still to come (at most once in :data:`ASK_AGAIN_S`), the widths that would
+        be chosen if they started now."""
+        asking = []
+        for view in views:
+            if (
+                view.demand is None
+                or not view.phase.open
+                or view.name in self._fits
+                or now < self._asked.get(view.name, -math.inf) + ASK_AGAIN_S
+            ):
+                continue
+            demand = view.demand()
+            if not demand.durations:  # the fallback weighs nothing: nothing to ask yet
+                continue
+            self._asked[view.name] = now
+            base = view.allocation
+            found = to_ask(demand, self.node, base, self._wait_of(base), self.cost)
+            asking += [
+                replace(base, nodes=n, cores=c, time_limit_s=t, memory_mb=m) for n, c, t, m in found
+            ]
+        return asking
+
+    def foreseen(self, allocation: Allocation, wait: float | None) -> None:
+        """What the scheduler foresees of a pilot of ``allocation`` submitted now."""
+        a = allocation
+        self._foreseen[(a.nodes, a.cores, a.time_limit_s, a.memory_mb)] = wait
+
+    def _wait_of(self, base: Allocation) -> WaitOf:
+        def wait_of(nodes: int | None, cores: int) -> float | None:
+            return self.outlook(replace(base, nodes=nodes, cores=cores))
+
+        return wait_of
 
     def submitted(self, stage: str) -> Fit | None:
         """The choice behind ``stage``'s pilot, just submitted; its next pilot chooses anew."""
@@ -213,6 +262,7 @@ class BigJob:
     """One pilot of the largest stage's size for every stage still open."""
 
     name = "bigjob"
+    fit = None
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
         names = tuple(v.name for v in stages)

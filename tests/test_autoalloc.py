@@ -11,16 +11,19 @@ from backends.sim.workload import ClusterSpec
 from orchestrator.autoalloc import (
     FALLBACK_TIME_S,
     MARGIN,
+    NOW_S,
     STARTUP_S,
     Demand,
     Node,
+    WaitFrom,
     choose,
     demand,
     fallback,
     fitted,
+    to_ask,
     with_fallbacks,
 )
-from orchestrator.planner import AutoFit, PerStage, Phase, StageView, Submit
+from orchestrator.planner import ASK_AGAIN_S, AutoFit, PerStage, Phase, StageView, Submit
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import Allocation, Stage, TaskTemplate, Workflow, loads
@@ -77,6 +80,49 @@ def test_a_long_learned_wait_of_the_wide_geometry_makes_a_narrower_one_win():
         lambda n, c: 10.0 if c > 100 else 20_000.0,
     )
     assert wide.cores > 100
+
+
+def test_a_width_the_scheduler_starts_now_waits_nothing_whatever_was_learned():
+    """Wide pilots waited 3 h when last seen; the scheduler now foresees a wide one starting
+    at once (a gap its backfill can fill): that one is chosen, and the learned 3 h count for
+    nothing. A foresight of a few minutes is no start now: what was learned stands."""
+    history = runs(150.0)
+    need = Demand(448, durations=history, source="learned")
+
+    def learned(nodes, cores):
+        return 10_800.0 if cores > 28 else 120.0
+
+    asked = to_ask(need, NODE, AUTO, learned)
+    narrow = choose(need, NODE, AUTO, learned)
+    # only widths that would beat the narrow choice if they started now are asked about
+    assert asked and all(cores > 28 for _, cores, _, _ in asked)
+    assert narrow.cores not in {cores for _, cores, _, _ in asked}
+    widest = max(asked, key=lambda g: g[1])
+    now = choose(need, NODE, AUTO, learned, expected={widest: 30.0}.get)
+    assert (now.cores, now.time_limit_s, now.wait_s) == (widest[1], widest[2], 0.0)
+    assert now.wait_from is WaitFrom.SCHEDULER
+    assert "starts now, as the scheduler foresees" in now.words("s")
+    later = choose(need, NODE, AUTO, learned, expected={widest: NOW_S + 60}.get)
+    assert (later.cores, later.wait_s, later.wait_from) == (narrow.cores, 120.0, WaitFrom.LEARNED)
+    # nothing to ask where nothing is known, or where the choice is already the fastest
+    assert to_ask(Demand(448), NODE, AUTO, learned) == []
+    assert to_ask(need, NODE, AUTO, lambda n, c: 0.0) == []
+
+
+def test_auto_fit_asks_before_its_choice_and_again_only_after_a_while():
+    history = runs(150.0)
+    view = StageView("s", (), AUTO, Phase.READY, 0.0, demand=lambda: Demand(448, durations=history))
+    fit = AutoFit(NODE, lambda a: 10_800.0 if a.cores > 28 else 120.0)
+    asked = fit.to_ask(0.0, [view])
+    assert asked and all(a.auto and a.cores > 28 for a in asked)
+    assert fit.to_ask(ASK_AGAIN_S / 2, [view]) == []  # asked a moment ago
+    for allocation in asked:
+        fit.foreseen(allocation, 0.0 if allocation is asked[-1] else 5000.0)
+    allocation, chosen = fit.allocation(view)
+    assert chosen.wait_from is WaitFrom.SCHEDULER and allocation == asked[-1]
+    assert fit.to_ask(ASK_AGAIN_S, [view]) == []  # chosen: nothing more to ask until submitted
+    fit.submitted("s")
+    assert fit.to_ask(ASK_AGAIN_S, [view]) == asked  # its next pilot asks anew
 
 
 def test_a_price_on_core_hours_keeps_the_pilot_narrower_where_the_last_wave_idles():
@@ -257,3 +303,25 @@ def test_a_second_run_fits_its_pilots_to_what_the_first_learned(tmp_path):
     assert second["one"]["request"]["cores"] == 1
     assert second["one"]["request"]["time_limit_s"] <= 5 * 60
     assert not any(p["state"] == "TIMEOUT" for p in pilots[1])
+
+
+def test_the_engine_asks_the_scheduler_before_an_automatic_choice(tmp_path):
+    """Wide pilots are learned to wait 3 h, but on this idle cluster the scheduler starts any
+    pilot now: the second run's pilot is wide all the same, and its note says why."""
+    wf = loads(WORKFLOW, source=tmp_path / "wf.toml")
+    cluster = ClusterSpec(nodes=4, cores_per_node=8)
+    config = RunConfig(strategy="per-stage", backend=MockOptions(load=0, cluster=cluster), cost=0)
+
+    def planner() -> PerStage:
+        return PerStage(fit=AutoFit(Node(8, 4), lambda a: 10_800.0 if a.cores > 8 else 0.0))
+
+    async def main():
+        async with await Store.open(tmp_path / "s.db") as store:
+            runs = [await execute(wf, config, store, planner=planner()) for _ in range(2)]
+            return runs, await store.rows("pilots", {"run_id": runs[1].run_id})
+
+    runs, pilots = clock.run(main(), virtual=True)
+    assert [r.status for r in runs] == ["done", "done"]
+    many = next(p for p in pilots if p["stage"] == "many")
+    assert 20 <= many["request"]["cores"] <= 32  # two waves of 120 s, not five on 8 cores
+    assert "starts now, as the scheduler foresees" in many["fit"]

@@ -50,6 +50,9 @@ class Instant:
         if request.cores > self.node.cores:
             raise SubmitError(f"{request.cores} cores: a node has {self.node.cores}", "cores")
 
+    async def expected_wait(self, request: PilotRequest) -> float | None:
+        return 0.0
+
     async def submit(self, request: PilotRequest) -> str:
         await self.check(request)
         now, job_id = clock.now(), str(len(self._jobs) + 1)

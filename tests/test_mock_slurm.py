@@ -416,6 +416,38 @@ def test_stream_jobs_and_submitted_jobs_share_the_queue():
     assert pilot.end == 100 and sim.stream_starts[0] == 100
 
 
+def test_the_scheduler_foresees_ends_at_time_limits_and_no_new_arrivals():
+    """Slurm's ``sbatch --test-only`` plans with what it knows: running and queued jobs end at
+    their limits, and no job arrives that has not. The what-if replay knows the true ends."""
+    stream = JobStream(
+        submit=np.array([0.0, 0.0, 20.0]),
+        cores=np.array([4, 8, 4]),
+        run=np.array([100.0, 20.0, 10.0]),
+        limit=np.array([1000.0, 50.0, 10.0]),
+    )
+    sim = Simulator(ClusterSpec(nodes=2, cores_per_node=4), stream=stream)
+    sim.advance_to(10.0)  # the first job holds a node; the second, of both nodes, waits
+    # a pilot ending before the waiting job's reservation (at 1000) fills the free node now
+    assert sim.expected_wait(4, 500.0) == 0.0
+    # a longer one starts after the waiting job, which is foreseen at 1000 to 1050
+    assert sim.expected_wait(4, 2000.0) == 1040.0
+    assert sim.what_if_wait(4, 2000.0) == 110.0  # the first job really ends at 100
+    sim.run()  # asking changed nothing here
+    assert sim.stream_starts.tolist() == [0.0, 100.0, 20.0]
+
+
+def test_the_backend_foresees_a_wait_and_none_for_a_pilot_it_would_refuse():
+    async def main():
+        mock = MockSlurm(ClusterSpec(nodes=1, cores_per_node=4))
+        await mock.submit(PilotRequest("load", cores=4, time_limit_s=3600))
+        behind = PilotRequest("p", cores=2, time_limit_s=90)
+        return await mock.expected_wait(behind), await mock.expected_wait(
+            PilotRequest("wide", cores=8, time_limit_s=60)
+        )
+
+    assert clock.run(main(), virtual=True) == (3600.0, None)
+
+
 # --------------------------------------------------------- asyncio adapter
 
 

@@ -425,3 +425,23 @@ async def test_node_size_is_the_largest_node_of_the_partitions(jobs):
     size = await jobs.backend.largest_node({None, "short"})
     assert (size.cores, size.memory) == (NODE_CPUS, 32000)  # scripts/slurm-local's node
     assert await jobs.backend.largest_node({"no-such-partition"}) is None
+
+
+async def test_expected_wait_is_the_start_slurm_foresees_and_queues_nothing(jobs):
+    idle = await jobs.backend.expected_wait(jobs.request("idle", cores=2))
+    assert idle is not None and idle < 5
+    load = sh(
+        "sbatch", "--parsable", f"--job-name={jobs.prefix}-load", "--output=/dev/null",
+        f"--ntasks={NODE_CPUS}", "--mem-per-cpu=100", "--time=10", "--wrap=sleep 600",
+    ).strip()  # fmt: skip
+    for _ in range(100):
+        if sh("squeue", "-h", "-j", load, "-o", "%T").strip() == "RUNNING":
+            break
+        await asyncio.sleep(0.2)
+    # Slurm foresees the node free when the load's 10-minute limit is up; the dependency of
+    # the pilot asked about (on a job that does not exist) is left out of the question.
+    waiting = jobs.request("pilot", cores=2, dependency=Dependency("afterok", ("999999",)))
+    wait = await jobs.backend.expected_wait(waiting)
+    assert wait is not None and 540 <= wait <= 610, wait
+    assert await jobs.backend.expected_wait(jobs.request("bad", partition="nowhere")) is None
+    assert jobs.queued() == [load]

@@ -169,6 +169,9 @@ class LocalBackend:
         if not request.time_limit_s > 0:
             raise SubmitError(f"time limit must be positive, not {request.time_limit_s}", "time")
 
+    async def expected_wait(self, request: PilotRequest) -> float | None:
+        return None  # no queue: a pilot starts once its dependency is satisfied
+
     async def submit(self, request: PilotRequest) -> str:
         if self._closed:
             raise RuntimeError("the local backend is closed")

@@ -159,6 +159,19 @@ class MockSlurm:
             )
         sim.check(request.cores, request.nodes, request.memory_mb)
 
+    async def expected_wait(self, request: PilotRequest) -> float | None:
+        """The wait the scheduler foresees for ``request`` submitted now, without its
+        dependency (as ``sbatch --test-only`` tells); None for a pilot it would refuse."""
+        sim = self._sync()
+        try:
+            self._check(sim, request)
+        except SubmitError:
+            return None
+        limit = 60.0 * math.ceil(request.time_limit_s / 60.0)
+        return sim.expected_wait(
+            request.cores, limit, nodes=request.nodes, memory_mb=request.memory_mb
+        )
+
     async def submit(self, request: PilotRequest) -> str:
         sim = self._sync()
         self._check(sim, request)

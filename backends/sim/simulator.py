@@ -459,12 +459,47 @@ class Simulator:
         In the fork, every job runs to its known end: background jobs their
         recorded runtime, pilots (which end when released) their time limit.
         """
+        return self.fork()._wait_of_new(cores, time_limit, nodes, memory_mb, horizon)
+
+    def expected_wait(
+        self,
+        cores: int,
+        time_limit: float,
+        *,
+        nodes: int | None = None,
+        memory_mb: float | None = None,
+        horizon: float = 30 * 86400.0,
+    ) -> float:
+        """How long a job submitted now would wait as the scheduler foresees it (Slurm's
+        ``sbatch --test-only``): on a fork where no other job arrives and every job runs to
+        its time limit, the only end the scheduler knows."""
         fork = self.fork()
-        job = fork.submit(cores, time_limit, nodes=nodes, memory_mb=memory_mb)
-        deadline = self.now + horizon
-        while job.start is None and (due := fork.next_event_time()) <= deadline:
-            fork._step(due)
-        return horizon if job.start is None else job.start - self.now
+        a = fork._arrivals
+        a.cursor, a.next = len(a.submit), INF
+        fork._events = [e for e in fork._events if e[2] not in (_END, _WITHDRAW)]
+        heapq.heapify(fork._events)
+        for job in (*fork._jobs.values(), *fork._queue.jobs):
+            if job.state is JobState.PENDING:
+                job.run = None
+        for end, _, job in fork._running:
+            job.run = None
+            fork._push(end, _END, job)
+        return fork._wait_of_new(cores, time_limit, nodes, memory_mb, horizon)
+
+    def _wait_of_new(
+        self,
+        cores: int,
+        time_limit: float,
+        nodes: int | None,
+        memory_mb: float | None,
+        horizon: float,
+    ) -> float:
+        """Submit a job now and run until it starts: its wait (``horizon`` at most)."""
+        now = self.now
+        job = self.submit(cores, time_limit, nodes=nodes, memory_mb=memory_mb)
+        while job.start is None and (due := self.next_event_time()) <= now + horizon:
+            self._step(due)
+        return horizon if job.start is None else job.start - now
 
     def check(self, cores: int, nodes: int | None, memory_mb: float | None) -> None:
         """Raise SubmitError if such a job could never run here (as sbatch refuses it)."""

@@ -23,7 +23,7 @@ import os
 import re
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -44,6 +44,7 @@ from backends.slurm.jobs import (
     parse_scontrol,
     parse_sinfo_nodes,
     parse_squeue_json,
+    parse_test_only,
 )
 from backends.slurm.script import batch_script, rejection, sbatch_arguments
 from learners.resources import Resources
@@ -181,6 +182,20 @@ class SlurmBackend:
         await self._retrying(
             f"check {request.name}", lambda: self._sbatch(args, script, "--test-only")
         )
+
+    async def expected_wait(self, request: PilotRequest) -> float | None:
+        """The start Slurm foresees (``sbatch --test-only``), as a wait from now: one try, and
+        None if Slurm refuses, fails or tells no start."""
+        args, script = self._job(replace(request, dependency=None))
+        try:
+            told = await self._run(
+                self.commands.sbatch, "--test-only", *args, stdin=script, stderr=True
+            )
+        except SlurmError as e:
+            log.info("no expected start of %s: %s", request.name, e)
+            return None
+        start = parse_test_only(told)
+        return None if start is None else max(0.0, start - clock.wall())
 
     async def cancel(self, job_id: str) -> None:
         await self._retrying(f"cancel job {job_id}", lambda: self._scancel(job_id))
@@ -435,8 +450,11 @@ class SlurmBackend:
         with contextlib.suppress(LookupError):
             await self._scancel(job_id, "--signal=TERM")
 
-    async def _run(self, program: str, *args: str, stdin: str | None = None) -> str:
-        """Run one command: its stdout, or :class:`_Transient` or :class:`_CommandFailed`."""
+    async def _run(
+        self, program: str, *args: str, stdin: str | None = None, stderr: bool = False
+    ) -> str:
+        """Run one command: its stdout (and then its stderr, with ``stderr``), or
+        :class:`_Transient` or :class:`_CommandFailed`."""
         what = shlex.join([program, *args[:3]])
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -462,7 +480,7 @@ class SlurmBackend:
                 await proc.wait()
         message = err.decode(errors="replace").strip()
         if proc.returncode == 0:
-            return out.decode()
+            return out.decode() + (message if stderr else "")
         if proc.returncode < 0 or _TRANSIENT.search(message):
             raise _Transient(message or f"{what} was killed by signal {-proc.returncode}")
         raise _CommandFailed(message or f"{what} exited with status {proc.returncode}")

@@ -244,6 +244,22 @@ def _local_time(text: str) -> float | None:
     return datetime.fromisoformat(text).timestamp()
 
 
+_TEST_ONLY = re.compile(r"\bto start at (\S+)")
+
+
+def parse_test_only(told: str) -> float | None:
+    """The expected start (Unix time) in what ``sbatch --test-only`` tells (``sbatch: Job 12
+    to start at 2026-11-24T02:56:38 using 4 processors on nodes n1 in partition debug``);
+    None where it tells none."""
+    found = _TEST_ONLY.search(told)
+    if found is None:
+        return None
+    try:
+        return _local_time(found.group(1))
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSize:
     """The largest node of some partitions: CPUs, memory (MB) and local disk (MB, 0 unknown)."""
