@@ -1,5 +1,6 @@
-"""An automatic allocation's learned time limit on the real Slurm of ``scripts/slurm-local up``:
-its pilot starts by backfill in a gap that a hand-written 24 h limit cannot use."""
+"""Automatic allocations on the real Slurm of ``scripts/slurm-local up``: a learned time limit's
+pilot starts by backfill in a gap that a hand-written 24 h limit cannot use, and a width Slurm
+starts now is chosen whatever wait was learned of it."""
 
 import textwrap
 import time
@@ -8,6 +9,8 @@ import pytest
 from test_e2e_slurm import Cluster, sh, slurm_config
 
 from backends import clock
+from orchestrator.autoalloc import Node
+from orchestrator.planner import AutoFit, PerStage
 from orchestrator.session import execute
 from orchestrator.store import Store
 from workflows.spec import loads
@@ -75,3 +78,33 @@ def test_an_auto_pilot_with_a_learned_limit_backfills_where_24_hours_cannot(tmp_
     assert figures.wait is not None and figures.wait < 60  # backfilled, not after the blocker
     assert state(blocker) == "RUNNING"
     assert state(hand) == "PENDING"  # the 24 h limit does not fit the gap
+
+
+def test_a_width_slurm_starts_now_is_chosen_though_it_was_learned_to_wait(tmp_path, cluster):
+    """The planner is told that pilots of more than 4 CPUs waited 3 h, narrower ones nothing.
+    The node is idle, so ``sbatch --test-only`` foresees any width starting now: the second
+    run's pilot runs the 16 tasks side by side, not in four waves on 4 CPUs, and says why."""
+    workflow = loads(
+        textwrap.dedent(WORKFLOW.replace('"sleep 2", count = 4', '"sleep 1", count = 16')),
+        source=tmp_path / "wf.toml",
+    )
+    config = slurm_config(tmp_path, "per-stage")
+
+    def planner() -> PerStage:
+        return PerStage(fit=AutoFit(Node(16), lambda a: 10_800.0 if a.cores > 4 else 0.0))
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            runs = [
+                await execute(workflow, config, store, run_id=f"{cluster.run_id}{k}", planner=p)
+                for k, p in (("a", planner()), ("b", planner()))
+            ]
+            return runs, await store.rows("pilots", {"run_id": runs[1].run_id})
+
+    runs, pilots = clock.run(main(), virtual=False)
+    assert [r.status for r in runs] == ["done", "done"], [r.error for r in runs]
+    (pilot,) = pilots
+    assert pilot["request"]["cores"] > 4, pilot["fit"]
+    assert "starts now, as the scheduler foresees" in pilot["fit"]
+    (figures,) = runs[1].pilots
+    assert figures.wait is not None and figures.wait < 60
