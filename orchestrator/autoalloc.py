@@ -299,6 +299,7 @@ class _Weighing:
     """The widths whose wait is known (or all, where none is)."""
     fitting: list[int]
     """The allowed widths whose time limit is within ``max_time``."""
+    demand: Demand
 
     @classmethod
     def of(cls, demand: Demand, node: Node, bounds: Allocation, wait_of: WaitOf) -> _Weighing:
@@ -313,8 +314,6 @@ class _Weighing:
         most = bounds.max_time_s
         fitting = [s for s in allowed if most is None or timed[s][1] <= most]
         return cls(shape, cores, learned, waits, timed, allowed, fitting, demand)
-
-    demand: Demand
 
     def geometry(self, slots: int) -> Geometry:
         return self.shape.geometry(slots, self.timed[slots][1], self.demand)

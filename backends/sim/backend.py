@@ -167,15 +167,17 @@ class MockSlurm:
             self._check(sim, request)
         except SubmitError:
             return None
-        limit = 60.0 * math.ceil(request.time_limit_s / 60.0)
         return sim.expected_wait(
-            request.cores, limit, nodes=request.nodes, memory_mb=request.memory_mb
+            request.cores,
+            _whole_minutes(request.time_limit_s),
+            nodes=request.nodes,
+            memory_mb=request.memory_mb,
         )
 
     async def submit(self, request: PilotRequest) -> str:
         sim = self._sync()
         self._check(sim, request)
-        time_limit = 60.0 * math.ceil(request.time_limit_s / 60.0)
+        time_limit = _whole_minutes(request.time_limit_s)
         self._active += 1
         try:
             job = sim.submit(
@@ -228,7 +230,7 @@ class MockSlurm:
         """The wait a pilot of ``allocation`` submitted now would have (what-if replay)."""
         return self._sync().what_if_wait(
             allocation.cores,
-            60.0 * math.ceil(allocation.time_limit_s / 60.0),
+            _whole_minutes(allocation.time_limit_s),
             nodes=allocation.nodes,
             memory_mb=allocation.memory_mb,
         )
@@ -296,3 +298,8 @@ class MockSlurm:
         # The loop may wake a hair before ``when``; the core must not stall short of it.
         self.simulator.advance_to(max(self._loop.time(), when))
         self._rearm()
+
+
+def _whole_minutes(seconds: float) -> float:
+    """A time limit as Slurm keeps it: whole minutes, rounded up."""
+    return 60.0 * math.ceil(seconds / 60.0)
