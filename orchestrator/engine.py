@@ -136,7 +136,7 @@ class Engine:
         self.recorded = False
         """The store holds the run (a resume could take it up)."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._inflight: set[asyncio.Future[Any]] = set()
         self._wake: float | None = None
         self._choosing = planner.fit is not None and any(s.allocation.auto for s in workflow.stages)
         """The planner chooses automatic allocations: the scheduler is asked first."""
@@ -397,16 +397,22 @@ class Engine:
 
     def _report(self, worker: Any, spec: AttemptSpec, result: Awaitable[AttemptResult]) -> None:
         """Post the attempt's end when its worker tells it."""
+        future = asyncio.ensure_future(result)  # a future (simulated workers) stays itself
 
-        async def attempt() -> None:
-            self.post(AttemptEnded(worker, spec, await result))
+        def ended(done: asyncio.Future[AttemptResult]) -> None:
+            if not done.cancelled():
+                self.post(AttemptEnded(worker, spec, done.result()))
 
-        self._spawn(attempt())
+        self._follow_future(future)
+        future.add_done_callback(ended)
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        self._follow_future(asyncio.ensure_future(coro))
+
+    def _follow_future(self, future: asyncio.Future[Any]) -> None:
+        """Keep ``future`` until it is done; the run's end cancels what is still pending."""
+        self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
 
     # ---- the run's record -----------------------------------------------------
 

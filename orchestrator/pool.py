@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Protocol
@@ -38,7 +38,7 @@ class Worker(Protocol):
         """Takes new attempts (a worker stops a while before its pilot ends)."""
         ...
 
-    async def run(self, spec: AttemptSpec) -> AttemptResult: ...
+    def run(self, spec: AttemptSpec) -> Awaitable[AttemptResult]: ...
 
 
 @dataclass

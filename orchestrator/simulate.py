@@ -143,7 +143,9 @@ class SimWorker:
         self._truths = truths
         self._running: dict[tuple[str, int], _Running] = {}
 
-    async def run(self, spec: AttemptSpec) -> AttemptResult:
+    def run(self, spec: AttemptSpec) -> asyncio.Future[AttemptResult]:
+        """The attempt's end, due when its simulated run is over (a future, not a coroutine:
+        the engine follows it without a task of its own)."""
         truth = self._truths[spec.task_id]
         end = simulate_attempt(truth, spec.allocation)
         series = truth.memory_series if end.outcome == Outcome.SUCCESS else None
@@ -164,7 +166,7 @@ class SimWorker:
             loop.create_future(), loop.call_at(now + end.duration, self._finish, key, result), now
         )
         self._running[key] = running
-        return await running.future
+        return running.future
 
     def _finish(self, key: tuple[str, int], result: AttemptResult) -> None:
         running = self._running.pop(key)
