@@ -15,12 +15,14 @@ attempt's start; peers: submitting all tasks to workers already up) to the last 
 in hand; ``startup_s`` is the time before that (starting workers, and for leadtime also
 submitting its pilot). ``manager_cpu_ms_per_task`` is the CPU time (user + system, all
 threads) of leadtime's manager process over the whole run, divided by N; the workers'
-CPU is not in it. Parsl and Dask need ``pip install 'leadtime[bench]'``.
+CPU is not in it. The manager collects garbage as ``leadtime`` sets it, the peers as Python's
+defaults do. Parsl and Dask need ``pip install 'leadtime[bench]'``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -44,7 +46,7 @@ def cpu_seconds() -> float:
 
 def measure_leadtime(tasks: int, workers: int) -> dict[str, object]:
     from backends.local import LocalOptions
-    from orchestrator.session import RunConfig, execute
+    from orchestrator.session import RunConfig, collect_less, execute
     from orchestrator.store import Store
     from workflows.spec import loads
 
@@ -79,7 +81,12 @@ def measure_leadtime(tasks: int, workers: int) -> dict[str, object]:
                 attempts = await store.rows("attempts", {"run_id": summary.run_id})
             return summary, attempts, cpu, wall
 
-        summary, attempts, cpu, wall = clock.run(main(), virtual=False)
+        collected = gc.get_threshold()
+        collect_less()  # as the command line does; the peers measured after keep Python's
+        try:
+            summary, attempts, cpu, wall = clock.run(main(), virtual=False)
+        finally:
+            gc.set_threshold(*collected)
     if summary.status != "done":
         raise RuntimeError(f"leadtime's run {summary.status}: {summary.error}")
     first = min(a["start_t"] for a in attempts)

@@ -47,6 +47,7 @@ from orchestrator.session import (
     ResumeError,
     RunConfig,
     SetupError,
+    collect_less,
     execute,
     last_unfinished,
 )
@@ -909,6 +910,7 @@ def _show_learner(scope: str, learner: QueueWaitLearner, only: Geometry | None, 
 
 
 def main() -> None:
+    collect_less()
     app(prog_name="leadtime")
 
 

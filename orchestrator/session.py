@@ -7,6 +7,7 @@ so a run looks the same whichever door it came in by.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -44,6 +45,18 @@ from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, QueueWaits
 from workflows.spec import Task, Workflow, loads
+
+YOUNG_COLLECTION = 50_000
+"""Allocations between two collections of Python's youngest generation, for a process that
+manages runs (Python's default is 700). A manager allocates a few objects for every event of
+a task and holds every task of its run: at the default, a run of 100,000 simulated tasks spent
+2.7 s of its 30 s collecting, at this threshold 0.4 s."""
+
+
+def collect_less() -> None:
+    """Collect the youngest generation of objects every :data:`YOUNG_COLLECTION` allocations;
+    the command line does so in every process it starts."""
+    gc.set_threshold(YOUNG_COLLECTION, *gc.get_threshold()[1:])
 
 
 class SetupError(Exception):
