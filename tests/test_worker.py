@@ -71,6 +71,20 @@ async def test_success_cleans_its_sandbox_and_reports_no_tail(runner):
     assert result.peak.wall > 0 and result.peak.memory > 0
 
 
+async def test_a_flat_sandbox_is_gone_at_once_and_a_deep_one_once_settled(runner):
+    """A few plain files are removed before the result is returned; a tree goes to a thread."""
+    await runner.run(spec("flat", "echo fine; touch made"))
+    assert not runner.sandbox(spec("flat", "")).exists()
+    deep = spec("deep", "mkdir -p a/b/c && touch a/b/c/x")
+    await runner.run(deep)
+    await runner.settle()
+    assert not runner.sandbox(deep).exists()
+    many = spec("many", "for i in $(seq 1 40); do touch f$i; done")
+    await runner.run(many)
+    await runner.settle()
+    assert not runner.sandbox(many).exists()
+
+
 async def test_a_kept_sandbox_moves_to_the_run_directory_and_leaves_nothing_on_the_node(tmp_path):
     """Under Slurm the root is the node's /tmp: a failed attempt's scratch moves to the run's
     directory (where its user reads it), and the result says where."""

@@ -35,6 +35,8 @@ class Footprint:
 
 def matches(workdir: Path, patterns: Sequence[str]) -> Iterator[Path]:
     """The paths under ``workdir`` that ``patterns`` match (each once)."""
+    if not patterns:
+        return
     root = workdir.resolve()
     seen: set[Path] = set()
     for pattern in patterns:

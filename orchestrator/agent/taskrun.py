@@ -26,6 +26,7 @@ import asyncio
 import codecs
 import contextlib
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -382,7 +383,8 @@ class Runner:
         keep = self.config.keep_sandboxes
         place = None
         if keep == "never" or (keep == "failure" and success):
-            self._off_loop(shutil.rmtree, sandbox, True)
+            if not _remove_if_flat(sandbox):
+                self._off_loop(shutil.rmtree, sandbox, True)
         else:
             keep_to = self.config.keep_to
             place = sandbox if keep_to is None else keep_to / sandbox.name
@@ -476,6 +478,22 @@ def capture(path: Path, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> Cap
     else:  # no line to start on: start on a character (skip UTF-8 continuation bytes)
         last = last[next((i for i, b in enumerate(last[:4]) if b & 0xC0 != 0x80), 0) :]
     return Captured(start, last.decode(errors="replace"), size - len(first) - len(last))
+
+
+def _remove_if_flat(sandbox: Path, most: int = 16) -> bool:
+    """Remove ``sandbox`` here if it holds only a few plain files (often just the task's
+    stdout and stderr): handing it to a thread costs more than these unlinks."""
+    try:
+        with os.scandir(sandbox) as entries:
+            found = list(itertools.islice(entries, most + 1))
+        if len(found) > most or not all(e.is_file(follow_symlinks=False) for e in found):
+            return False
+        for entry in found:
+            os.unlink(entry.path)
+        os.rmdir(sandbox)
+    except OSError:  # anything odd: the thread's rmtree copes with it
+        return False
+    return True
 
 
 def _last_lines(path: Path, lines: int, max_bytes: int = 8192) -> str:
