@@ -13,6 +13,8 @@ time, and on each pass
 - weighs, for each idle unit not needed now, holding it until it is needed next (its idle
   core-hours) against releasing it and acquiring it again (the expected delay and early start
   of a new one), by the cost ``makespan + lambda x core-hours``;
+- gives back, by the same cost, an idle unit of which the width needs only part (a narrow
+  stage whose own unit is gone), for a unit as wide as that part;
 - acquires ahead, with no dependency (so it ages in the queue under any priority), the width it
   will need: a unit of ``c`` cores needed at ``t`` is submitted at ``t - L``, ``L`` the
   quantile ``1 / (1 + lambda c / 3600)`` of its learned wait. That is the newsvendor's choice:
@@ -272,6 +274,10 @@ class Elastic:
         assert unit.allocation is not None  # every unit has one
         k = self._k(unit.cores)
         law = self.law(unit.allocation)
+        if not unit.busy and needed[0]:
+            narrower = self._narrower(unit, base, profile, now, law)
+            if narrower is not None:
+                return narrower
         i = 0
         held = None
         while True:
@@ -296,6 +302,48 @@ class Elastic:
                     f"makespan, acquiring it again {duration(anew)})"
                 )
             i = again
+
+    def _narrower(
+        self,
+        unit: PilotView,
+        base: int,
+        profile: Profile,
+        now: float,
+        law: Sequence[tuple[float, float]],
+    ) -> Fate | None:
+        """Whether an idle ``unit`` of which the width needs only part from now on (a narrow
+        stage after a wide one, when the narrow unit cut for it is gone: it ended at its time
+        limit, say) is better given back now, a unit as wide as that part acquired in its
+        place, and the whole width again when it is needed: by its idle cores' cost against
+        the narrow unit's expected wait and the wide one's acquisition."""
+        assert unit.allocation is not None
+        cores, points = unit.cores, profile.points
+        used = [min(max(profile.need(t) - base, 0), cores) for t in points]
+        if not 0 < used[0] < cores:
+            return None
+        last = next((j for j in range(1, len(points)) if not 0 < used[j] < cores), len(points))
+        end = points[last] if last < len(points) else math.inf
+        if end - now <= CHURN_S:
+            return None
+        edges = [*points[1:last], end]
+        idle = sum((cores - used[j]) * (edges[j] - points[j]) for j in range(last))
+        hold = idle * self.cost / 3600.0
+        width = max(used[:last])
+        anew = sum(p * wait for wait, p in self.law(replace(unit.allocation, cores=width)))
+        again = any(used[last:])
+        if again:
+            k = self._k(cores)
+            anew += acquire_cost(law, k, min(lead(law, k), end - now))
+        if not anew < hold:  # nan-safe: lambda 0 holds idle cores for ever
+            return None
+        until = "for the rest of the run" if end == math.inf else f"until {offset(end)}"
+        holding = "for ever" if hold == math.inf else f"at a cost of {duration(hold)} of makespan"
+        instead = "a narrower unit and the whole width again" if again else "a narrower unit"
+        return Fate(
+            now,
+            f"{cores - used[0]} of its {cores} cores idle {until}: released for a {width}-core "
+            f"unit (holding them {holding}; {instead}: {duration(anew)})",
+        )
 
     def _spans(self, now: float, stages: Mapping[str, StageView]) -> list[Span]:
         """Each open stage's width from its (forecast) start to its forecast end; a stage whose

@@ -118,6 +118,37 @@ def test_an_idle_unit_is_held_through_a_gap_cheaper_than_acquiring_it_again():
     assert plan.wake_at == pytest.approx(3000.0 - 300.0)
 
 
+def test_a_wide_unit_left_alone_for_a_narrow_stage_is_swapped_for_a_narrow_one_if_cheaper():
+    """The 1-core unit cut for the narrow stage is gone (it ended at its time limit): the
+    27-core unit would run its one task with 26 cores idle for 1800 s (13 core-hours). A wait
+    of 300 s for a 1-core unit and again for the wide one costs far less at 300 s per
+    core-hour; a wait of 10 h does not."""
+    stages = chain(
+        (WIDE, Phase.DONE, 0, None),
+        (NARROW, Phase.READY, 1, 3000.0),
+        (WIDE, Phase.WAITING, 28, None),
+    )
+    alone = [unit("u1", 27)]
+    plan = planner(wait=300.0).decide(1200.0, stages, alone)
+    (release,) = of(Release, plan)
+    assert release.pilot_id == "u1"
+    assert "26 of its 27 cores idle" in release.why and "1-core unit" in release.why
+    (narrow,) = of(Submit, plan)
+    assert narrow.allocation.cores == 1
+    assert plan.wake_at == pytest.approx(3000.0 - 300.0)  # the wide width, just in time
+    assert of(Release, planner(wait=36_000.0).decide(1200.0, stages, alone)) == []
+    # Running the narrow stage's task already: it stays.
+    busy = [unit("u1", 27, busy=True)]
+    assert of(Release, planner(wait=300.0).decide(1200.0, stages, busy)) == []
+    # A narrow span shorter than a new pilot's start is not worth a swap.
+    short = chain(
+        (WIDE, Phase.DONE, 0, None),
+        (NARROW, Phase.READY, 1, 1230.0),
+        (WIDE, Phase.WAITING, 28, None),
+    )
+    assert of(Release, planner(wait=0.0).decide(1200.0, short, alone)) == []
+
+
 def test_a_unit_no_stage_needs_again_goes_and_a_pending_one_is_cancelled():
     stages = chain((WIDE, Phase.DONE, 0, None), (NARROW, Phase.RUNNING, 1, None))
     held = [
