@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from backends import clock
 from backends.base import SubmitError
 from learners.resources import Resources
+from orchestrator.human import cores as core_count
 from orchestrator.human import duration, offset
 from orchestrator.planner import (
     DUE,
@@ -237,7 +238,7 @@ class Elastic:
                 if due > now + DUE:
                     wake.append(due)
                     notes.append(
-                        f"{cores} cores needed at {offset(t)}: submitting at {offset(due)} "
+                        f"{core_count(cores)} needed at {offset(t)}: submitting at {offset(due)} "
                         f"({duration(ahead)} ahead)"
                     )
                     continue
@@ -251,7 +252,7 @@ class Elastic:
                     )
                 )
                 notes.append(
-                    f"{cores} cores needed at {offset(t)}: submitting now "
+                    f"{core_count(cores)} needed at {offset(t)}: submitting now "
                     f"(planned {duration(ahead)} ahead, no dependency)"
                 )
             planned += width - have

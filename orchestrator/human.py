@@ -45,9 +45,14 @@ def relative(ratio: float) -> str:
     return "best" if abs(extra) < 0.005 else f"+{extra:.0%}"
 
 
+def cores(count: int) -> str:
+    """``1 core``, ``28 cores``."""
+    return f"{count} core{'s' if count != 1 else ''}"
+
+
 def allocation(a: Allocation) -> str:
     """A stage's pilot as a person reads it: ``28 cores on 2 nodes, 57,344 MB, 20 min``."""
-    parts = [f"{a.cores} core{'s' if a.cores != 1 else ''}"]
+    parts = [cores(a.cores)]
     if a.nodes:
         parts[0] += f" on {a.nodes} node{'s' if a.nodes != 1 else ''}"
     if a.memory_mb is not None:

@@ -83,6 +83,7 @@ def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency
     plan = planner(wait=600.0).decide(0.0, stages, [])
     (now,) = of(Submit, plan)
     assert now.allocation.cores == 1 and now.after == ()
+    assert "1 core needed at t+0 s: submitting now" in plan.notes[0]
     assert now.allocation.memory_mb == 8000  # the narrow stages' memory
     # The 27 cores the second stage adds are due 600 s before it starts.
     assert plan.wake_at == pytest.approx(1300.0 - 600.0)
