@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from orchestrator.human import duration
+from orchestrator.human import count, duration
 from workflows.bounds import DURATION_S
 from workflows.spec import Allocation, Stage, Workflow
 
@@ -146,11 +146,11 @@ class Fit:
 
     def words(self, stage: str) -> str:
         """``stage x fit: 3 nodes x 28 cores, 2 h 10 min, predicted wait 14 min, because ...``"""
-        nodes = f"{self.nodes} node{'s' if self.nodes != 1 else ''}"
+        nodes = count(self.nodes, "node")
         shape = (
             f"{nodes} x {self.cores // self.nodes} cores"
             if self.pinned
-            else f"{self.cores} core{'s' if self.cores != 1 else ''}"
+            else count(self.cores, "core")
             + (f" ({self.nodes} nodes' worth)" if self.nodes > 1 else "")
         )
         if self.wait_s is None:

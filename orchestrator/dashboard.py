@@ -25,7 +25,7 @@ from rich.text import Text
 from backends import clock
 from backends.base import JobState
 from learners.resources import RESOURCES
-from orchestrator.human import amounts, duration, megabytes, number, offset
+from orchestrator.human import amounts, count, duration, megabytes, number, offset
 from orchestrator.planner import Phase
 from orchestrator.report import causes_text
 
@@ -218,7 +218,7 @@ class DecisionLog:
             size = stage.last_allocation
             sized = "" if size is None else f"; its tasks are now sized {amounts(size.as_dict())}"
             n = sum(stage.causes.values())
-            attempts = f"{n} attempt{'s' if n != 1 else ''} did not succeed so far"
+            attempts = f"{count(n, 'attempt')} did not succeed so far"
             self._say(now, f"stage {name}: {attempts} ({causes_text(stage.causes)}){sized}")
 
     def _say(self, t: float, text: str) -> None:

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field, replace
 from backends import clock
 from backends.base import SubmitError
 from learners.resources import Resources
-from orchestrator.human import cores as core_count
-from orchestrator.human import duration, offset
+from orchestrator.human import count, duration, offset
 from orchestrator.planner import (
     DUE,
     Cancel,
@@ -235,12 +234,10 @@ class Elastic:
                 allocation = self._unit(cores, serves, limit)
                 ahead = lead(self.law(allocation), self._k(cores))
                 due = t - ahead
+                needed = f"{count(cores, 'core')} needed at {offset(t)}"
                 if due > now + DUE:
                     wake.append(due)
-                    notes.append(
-                        f"{core_count(cores)} needed at {offset(t)}: submitting at {offset(due)} "
-                        f"({duration(ahead)} ahead)"
-                    )
+                    notes.append(f"{needed}: submitting at {offset(due)} ({duration(ahead)} ahead)")
                     continue
                 _, prediction = self.predict(allocation)
                 actions.append(
@@ -252,8 +249,7 @@ class Elastic:
                     )
                 )
                 notes.append(
-                    f"{core_count(cores)} needed at {offset(t)}: submitting now "
-                    f"(planned {duration(ahead)} ahead, no dependency)"
+                    f"{needed}: submitting now (planned {duration(ahead)} ahead, no dependency)"
                 )
             planned += width - have
         return Plan(tuple(actions), min(wake, default=None), tuple(notes))

@@ -45,16 +45,21 @@ def relative(ratio: float) -> str:
     return "best" if abs(extra) < 0.005 else f"+{extra:.0%}"
 
 
-def cores(count: int) -> str:
-    """``1 core``, ``28 cores``."""
-    return f"{count} core{'s' if count != 1 else ''}"
+def plural(amount: float, noun: str) -> str:
+    """``noun`` as that many of it read: ``core``, ``cores``."""
+    return noun if amount == 1 else f"{noun}s"
+
+
+def count(n: int, noun: str) -> str:
+    """``1 core``, ``28 cores``, ``2 nodes``."""
+    return f"{n} {plural(n, noun)}"
 
 
 def allocation(a: Allocation) -> str:
     """A stage's pilot as a person reads it: ``28 cores on 2 nodes, 57,344 MB, 20 min``."""
-    parts = [cores(a.cores)]
+    parts = [count(a.cores, "core")]
     if a.nodes:
-        parts[0] += f" on {a.nodes} node{'s' if a.nodes != 1 else ''}"
+        parts[0] += f" on {count(a.nodes, 'node')}"
     if a.memory_mb is not None:
         parts.append(f"{a.memory_mb:,} MB")
     parts.append(duration(a.time_limit_s))
@@ -98,7 +103,7 @@ def amounts(values: Mapping[str, float | None]) -> str:
     parts = []
     cores, memory, disk = (values.get(r) for r in ("cores", "memory", "disk"))
     if cores is not None:
-        parts.append(f"{number(cores)} core" + ("s" if cores != 1 else ""))
+        parts.append(f"{number(cores)} {plural(cores, 'core')}")
     if memory is not None:
         parts.append(megabytes(memory))
     if disk is not None:
