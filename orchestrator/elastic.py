@@ -146,6 +146,12 @@ def acquire_cost(law: Sequence[tuple[float, float]], k: float, lead_s: float) ->
     return cost
 
 
+def again_cost(law: Sequence[tuple[float, float]], k: float, within: float) -> float:
+    """Expected cost of acquiring a unit again that is needed ``within`` seconds: submitted at
+    its best lead, or now where that is later than the lead."""
+    return acquire_cost(law, k, min(lead(law, k), within))
+
+
 def split(low: int, high: int, cuts: set[int], node_cores: int) -> list[int]:
     """The units that grow a width from ``low`` to ``high`` cores: cut at ``cuts``, each at most
     a node."""
@@ -263,7 +269,8 @@ class Elastic:
         every gap in which that width is not needed that is cheaper to hold than to acquire
         again; a pending unit, while any width it covers is needed."""
         points = profile.points
-        needed = [profile.need(t) > base for t in points]
+        above = [profile.need(t) - base for t in points]
+        needed = [width > 0 for width in above]
         if not unit.started:
             if any(needed):
                 return Fate(math.inf)
@@ -272,7 +279,7 @@ class Elastic:
         k = self._k(unit.cores)
         law = self.law(unit.allocation)
         if not unit.busy and needed[0]:
-            narrower = self._narrower(unit, base, profile, now, law)
+            narrower = self._narrower(unit, above, points, now, law, k)
             if narrower is not None:
                 return narrower
         i = 0
@@ -286,7 +293,7 @@ class Elastic:
                 return Fate(points[gap], "no stage needs it again: released")
             a, b = points[gap], points[again]
             hold = k * (b - a)
-            anew = acquire_cost(law, k, min(lead(law, k), b - now))
+            anew = again_cost(law, k, b - now)
             if anew < hold and b - a > CHURN_S:
                 return Fate(
                     a,
@@ -303,19 +310,22 @@ class Elastic:
     def _narrower(
         self,
         unit: PilotView,
-        base: int,
-        profile: Profile,
+        above: Sequence[int],
+        points: Sequence[float],
         now: float,
         law: Sequence[tuple[float, float]],
+        k: float,
     ) -> Fate | None:
         """Whether an idle ``unit`` of which the width needs only part from now on (a narrow
         stage after a wide one, when the narrow unit cut for it is gone: it ended at its time
         limit, say) is better given back now, a unit as wide as that part acquired in its
         place, and the whole width again when it is needed: by its idle cores' cost against
-        the narrow unit's expected wait and the wide one's acquisition."""
+        the narrow unit's expected wait and the wide one's acquisition. ``above``: the width
+        needed above the units kept before it, at each of the profile's ``points``; ``k``: the
+        cost of a second of it idle."""
         assert unit.allocation is not None
-        cores, points = unit.cores, profile.points
-        used = [min(max(profile.need(t) - base, 0), cores) for t in points]
+        cores = unit.cores
+        used = [min(max(width, 0), cores) for width in above]
         if not 0 < used[0] < cores:
             return None
         last = next((j for j in range(1, len(points)) if not 0 < used[j] < cores), len(points))
@@ -329,8 +339,7 @@ class Elastic:
         anew = sum(p * wait for wait, p in self.law(replace(unit.allocation, cores=width)))
         again = any(used[last:])
         if again:
-            k = self._k(cores)
-            anew += acquire_cost(law, k, min(lead(law, k), end - now))
+            anew += again_cost(law, k, end - now)
         if not anew < hold:  # nan-safe: lambda 0 holds idle cores for ever
             return None
         until = "for the rest of the run" if end == math.inf else f"until {offset(end)}"
