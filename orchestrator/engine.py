@@ -23,6 +23,7 @@ from backends.base import BatchBackend, JobInfo, SubmitError
 from learners.sizing.base import Sizer, TaskFeatures
 from orchestrator import autoalloc, human
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
+from orchestrator.agent.protocol import lost
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined
 from orchestrator.planner import Cancel, Planner, Release, Submit
 from orchestrator.pool import Pool, Worker
@@ -32,6 +33,7 @@ from orchestrator.runs import RunState as Status
 from orchestrator.runstate import (
     CancelJob,
     Effect,
+    Launch,
     PilotRun,
     RunState,
     WaitLearner,
@@ -42,6 +44,9 @@ from orchestrator.sizing_state import SizingState
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from workflows.spec import Task, Workflow
+
+LAST_ANSWERS_S = 5.0
+"""How long a run's end waits to hear how the attempts on its ended pilots ended."""
 
 
 class Refused(SubmitError):
@@ -137,6 +142,10 @@ class Engine:
         """The store holds the run (a resume could take it up)."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._inflight: set[asyncio.Future[Any]] = set()
+        self._unanswered: dict[tuple[str, int], tuple[Worker, AttemptSpec]] = {}
+        """Attempts sent whose worker has not answered yet."""
+        self._unsent: list[Launch] = []
+        """Attempts placed, not yet sent (the write that records them is under way)."""
         self._wake: float | None = None
         self._choosing = planner.fit is not None and any(s.allocation.auto for s in workflow.stages)
         """The planner chooses automatic allocations: the scheduler is asked first."""
@@ -264,8 +273,9 @@ class Engine:
             else:
                 await self._let_go(action)
         self._tick()
-        launches = state.place()
+        self._unsent = state.place()  # recorded running by this write, then sent
         await self.recorder.write_ahead()
+        launches, self._unsent = self._unsent, []
         for launch in launches:
             self._launch(launch.worker, launch.spec)
         if self.observer is not None:
@@ -286,7 +296,8 @@ class Engine:
         self, timeout: float = 600.0, unreleased: frozenset[str] = frozenset()
     ) -> None:
         """Take in job updates until every pilot has ended (or ``timeout`` s passed), but for
-        the ``unreleased`` jobs, whose release failed."""
+        the ``unreleased`` jobs, whose release failed; then the last answers of their
+        workers (:meth:`_hear_the_last`)."""
         deadline = clock.now() + timeout
         self._wake = deadline
 
@@ -298,6 +309,39 @@ class Engine:
 
         while waiting() and clock.now() < deadline:
             self._apply_all(await self._next_events())
+        await self._hear_the_last(min(deadline, clock.now() + LAST_ANSWERS_S))
+
+    async def _hear_the_last(self, deadline: float) -> None:
+        """The attempts that ran on pilots now ended: their workers tell how each ended as
+        they leave, which may come after the pilot's end; one not told by ``deadline`` (or
+        never sent: the run stopped between recording and sending it) is recorded lost, as
+        its pilot's end ended it. Left running, it would make the run's resume wait for a
+        worker that cannot come back."""
+
+        def ended_with_pilot() -> list[tuple[Worker, AttemptSpec]]:
+            pilots = self.state.by_job
+            return [
+                (worker, spec)
+                for worker, spec in self._unanswered.values()
+                if worker.pilot_id in pilots and not pilots[worker.pilot_id].live
+            ]
+
+        self._wake = deadline
+        while ended_with_pilot() and clock.now() < deadline:
+            self._apply_all(await self._next_events())
+        while not self._events.empty():  # told just now
+            self._apply_all([self._events.get_nowait()])
+        self._tick()
+        unsent = [(launch.worker, launch.spec) for launch in self._unsent]
+        for attempts, why in (
+            (ended_with_pilot(), "its pilot ended with the run"),
+            (unsent, "never sent: the run stopped"),
+        ):
+            for worker, spec in attempts:
+                stage = self.state.stages[self.state.task(spec.task_id).task.stage]
+                since = stage.running.get((spec.task_id, spec.attempt), self.state.now)
+                ended = lost(spec.task_id, spec.attempt, self.state.now - since, why)
+                self._effects(self.state.apply(AttemptEnded(worker, spec, ended)))
 
     async def _pump_updates(self) -> None:
         async for info in self.backend.updates():
@@ -398,8 +442,11 @@ class Engine:
     def _report(self, worker: Any, spec: AttemptSpec, result: Awaitable[AttemptResult]) -> None:
         """Post the attempt's end when its worker tells it."""
         future = asyncio.ensure_future(result)  # a future (simulated workers) stays itself
+        key = (spec.task_id, spec.attempt)
+        self._unanswered[key] = (worker, spec)
 
         def ended(done: asyncio.Future[AttemptResult]) -> None:
+            self._unanswered.pop(key, None)
             if not done.cancelled():
                 self.post(AttemptEnded(worker, spec, done.result()))
 

@@ -252,7 +252,17 @@ class Store:
                 for sql, rows in statements.items():
                     db.executemany(sql, rows)
 
-        await self._db.call(write)
+        # Shielded: a flush cancelled (Ctrl-C) while its write waits for the thread still
+        # writes the rows it took from the queue; a write that fails puts them back.
+        try:
+            await asyncio.shield(self._db.call(write))
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            for row, fields in self._pending.items():  # changed since: the later value wins
+                pending.setdefault(row, {}).update(fields)
+            self._pending = pending
+            raise
 
     async def put(self, table: str, key: Mapping[str, Any], **fields: Any) -> None:
         """Write one row now (with anything already queued)."""

@@ -13,6 +13,7 @@ from backends.sim.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS
 from orchestrator.planner import Phase
 from orchestrator.session import RunConfig, execute, run_simulated
+from orchestrator.simulate import SimulatedWorkers, task_truths
 from orchestrator.store import Store
 from orchestrator.waits import store_name
 from workflows.spec import example, load, loads
@@ -317,3 +318,82 @@ def test_a_trace_driven_stage_is_killed_where_its_memory_series_crosses_the_limi
     crossed = {1: 66.0, 2: 132.0}
     for a in killed:
         assert a["end_t"] - a["start_t"] == pytest.approx(crossed[a["attempt"]])
+
+
+STOPPED = loads(
+    """
+    name = "stopped"
+    [[stage]]
+    name = "work"
+    allocation = { cores = 4, time = "2h" }
+    tasks = { command = "true", count = 8, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "600" }
+    """
+)
+
+
+async def interrupted(store, moment, workers=None):
+    """Run STOPPED and stop it (Ctrl-C) once ``moment`` is over; the store's run, attempts
+    and pilots."""
+    backend = MockSlurm(ClusterSpec(nodes=1, cores_per_node=28, memory_per_node_mb=128000))
+    config = RunConfig(strategy="per-stage")
+    run = asyncio.ensure_future(execute(STOPPED, config, store, backend=backend, workers=workers))
+    await moment
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    (row,) = await store.rows("runs")
+    return row, await store.rows("attempts"), await store.rows("pilots")
+
+
+class Silent(SimulatedWorkers):
+    """Simulated workers that never tell how their attempts ended when their pilot ends (a
+    remote worker's last word can come after its job's end, or never)."""
+
+    def ended(self, pilot, workers) -> None:
+        pass
+
+
+def test_an_interrupted_run_records_the_attempts_its_pilots_ended_as_lost():
+    """Nothing a stopped run leaves says "running": an attempt whose pilot ended and whose
+    worker never told is recorded lost, so a resume does not wait for that worker."""
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            silent = Silent(task_truths(STOPPED, 0))
+            return await interrupted(store, clock.sleep(300), silent)  # four attempts running
+
+    row, attempts, pilots = clock.run(main(), virtual=True)
+    assert row["status"] == "interrupted"
+    assert [p["state"] for p in pilots] == ["COMPLETED"]  # released
+    assert [(a["outcome"], a["output_tail"]) for a in attempts] == 4 * [
+        ("lost", "[leadtime] its pilot ended with the run")
+    ]
+
+
+class SlowToPlace(Store):
+    """A store whose write of the first attempts placed takes a minute (a loaded disk)."""
+
+    placing: asyncio.Event
+
+    async def flush(self) -> None:
+        placed = any(t == "attempts" for t, _ in self._pending)
+        if placed and not self.placing.is_set():
+            self.placing.set()
+            await clock.sleep(60)
+        await super().flush()
+
+
+def test_attempts_placed_but_not_sent_when_the_run_stops_are_recorded_lost(monkeypatch):
+    monkeypatch.setattr("orchestrator.recorder.GROUP_COMMIT_S", 0.0)  # every write, as a real run
+
+    async def main():
+        async with await SlowToPlace.open(":memory:") as store:
+            store.placing = asyncio.Event()
+            return await interrupted(store, store.placing.wait())  # while it records them
+
+    row, attempts, _ = clock.run(main(), virtual=True)
+    assert row["status"] == "interrupted"
+    assert [(a["outcome"], a["output_tail"]) for a in attempts] == 4 * [
+        ("lost", "[leadtime] never sent: the run stopped")
+    ]

@@ -35,6 +35,12 @@ def done_tasks(db) -> set[str]:
     return {task.replace(".", "") for task, state in rows if json.loads(state) == "done"}
 
 
+def running_attempts(db) -> list[tuple[str, int]]:
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT task_id, attempt, outcome FROM attempts").fetchall()
+    return [(task, attempt) for task, attempt, outcome in rows if outcome == "running"]
+
+
 def live_pilots(db) -> set[str]:
     return {p for p, state in pilot_states(db).items() if state in ("PENDING", "RUNNING")}
 
@@ -84,6 +90,7 @@ def test_an_interrupted_run_resumes_without_redoing_what_finished(tmp_path):
     assert crash.manager.returncode == 130
     assert "interrupted" in crash.status()
     assert live_pilots(crash.db) == set()  # Ctrl-C released them
+    assert running_attempts(crash.db) == []  # each recorded as it ended: resume waits for none
     assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
     finished = done_tasks(crash.db)
     assert finished

@@ -1,6 +1,10 @@
 """The store writes what was staged, as staged: changes to one row merge (the later value of a
 field wins), rows of every table and shape land in one flush, nothing before it."""
 
+import asyncio
+import sqlite3
+import time
+
 import pytest
 
 from backends import clock
@@ -47,3 +51,46 @@ def test_a_staged_value_is_the_one_at_staging_time():
             return await store.rows("runs")
 
     assert clock.run(main(), virtual=False)[0]["summary"] == {"tasks": 1}
+
+
+def test_a_flush_cancelled_while_its_write_waits_still_writes_it():
+    """A manager interrupted (Ctrl-C) while a flush waits for the store's thread: the rows it
+    took from the queue are written all the same, not dropped (an attempt's end with them)."""
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            busy = asyncio.ensure_future(store._db.call(lambda db: time.sleep(0.3)))
+            store.stage("stages", {"run_id": "r", "stage": "a"}, state="done")
+            flush = asyncio.ensure_future(store.flush())
+            await asyncio.sleep(0.05)  # the flush has taken the queue and waits for the thread
+            flush.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await flush
+            await busy
+            store.stage("stages", {"run_id": "r", "stage": "b"}, state="ready")
+            await store.flush()
+            return await store.rows("stages", order="stage")
+
+    stages = clock.run(main(), virtual=False)
+    assert [(s["stage"], s["state"]) for s in stages] == [("a", "done"), ("b", "ready")]
+
+
+def test_a_flush_that_fails_keeps_its_rows_for_the_next():
+    async def main():
+        async with await Store.open(":memory:") as store:
+            store.stage("stages", {"run_id": "r", "stage": "a"}, state="done", tasks_total=2)
+
+            def fail(db):
+                raise sqlite3.OperationalError("database is locked")
+
+            real = store._db.call
+            store._db.call = lambda fn: real(fail)
+            with pytest.raises(sqlite3.OperationalError):
+                await store.flush()
+            store._db.call = real
+            store.stage("stages", {"run_id": "r", "stage": "a"}, state="running")
+            await store.flush()
+            return await store.rows("stages")
+
+    (a,) = clock.run(main(), virtual=False)
+    assert (a["state"], a["tasks_total"]) == ("running", 2)  # the later change wins
