@@ -49,6 +49,22 @@ LAST_ANSWERS_S = 5.0
 """How long a run's end waits to hear how the attempts on its ended pilots ended."""
 
 
+async def next_events(queue: asyncio.Queue[Event], timeout: float | None) -> list[Event]:
+    """Every event ready once one is (none if ``timeout`` s pass first).
+
+    ``asyncio.timeout``, not ``wait_for``: before Python 3.12, ``wait_for`` returns the
+    event and swallows a cancellation (Ctrl-C) that comes as it arrives, and the run would
+    go on."""
+    try:
+        async with asyncio.timeout(timeout):
+            events = [await queue.get()]
+    except TimeoutError:
+        return []
+    while not queue.empty():
+        events.append(queue.get_nowait())
+    return events
+
+
 class Refused(SubmitError):
     """A pilot the run needs would be refused: the run stops before anything is submitted."""
 
@@ -283,14 +299,7 @@ class Engine:
 
     async def _next_events(self) -> list[Event]:
         timeout = None if self._wake is None else max(0.0, self._wake - clock.now())
-        try:
-            first = await asyncio.wait_for(self._events.get(), timeout)
-        except TimeoutError:
-            return []
-        events = [first]
-        while not self._events.empty():
-            events.append(self._events.get_nowait())
-        return events
+        return await next_events(self._events, timeout)
 
     async def _settle(
         self, timeout: float = 600.0, unreleased: frozenset[str] = frozenset()

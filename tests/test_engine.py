@@ -11,6 +11,7 @@ from backends.base import BackendError, JobState
 from backends.sim import MockOptions, MockSlurm
 from backends.sim.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS
+from orchestrator.engine import next_events
 from orchestrator.planner import Phase
 from orchestrator.session import RunConfig, execute, run_simulated
 from orchestrator.simulate import SimulatedWorkers, task_truths
@@ -397,3 +398,21 @@ def test_attempts_placed_but_not_sent_when_the_run_stops_are_recorded_lost(monke
     assert [(a["outcome"], a["output_tail"]) for a in attempts] == 4 * [
         ("lost", "[leadtime] never sent: the run stopped")
     ]
+
+
+def test_a_cancellation_that_comes_as_an_event_arrives_stops_the_wait():
+    """Ctrl-C at the moment an event arrives: the run stops (Python 3.11's wait_for would
+    return the event and the run would go on, to exit 0)."""
+
+    async def main():
+        queue = asyncio.Queue()
+        waiting = asyncio.ensure_future(next_events(queue, 10.0))
+        await asyncio.sleep(0)
+        queue.put_nowait("an attempt ended")
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        return queue.qsize(), await next_events(queue, 0.0), await next_events(queue, 0.0)
+
+    left, ready, then = clock.run(main(), virtual=False)
+    assert (left, ready, then) == (1, ["an attempt ended"], [])  # the event is still there

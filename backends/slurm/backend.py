@@ -467,10 +467,8 @@ class SlurmBackend:
         except OSError as e:
             raise SlurmUnavailable(f"cannot run {program}: {e}") from None
         try:
-            out, err = await asyncio.wait_for(
-                proc.communicate(None if stdin is None else stdin.encode()),
-                self.commands.timeout_s,
-            )
+            async with asyncio.timeout(self.commands.timeout_s):  # wait_for can swallow Ctrl-C
+                out, err = await proc.communicate(None if stdin is None else stdin.encode())
         except TimeoutError:
             limit = self.commands.timeout_s
             raise _Transient(f"{what} did not answer within {limit:g} s") from None

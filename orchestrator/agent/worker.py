@@ -522,7 +522,8 @@ class Agent:
         """An attempt killed from outside as its worker is stopped is lost, not failed: the
         signal was meant for the whole job (cancelled, out of time), not for the task."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._left.wait(), OUTSIDE_SIGNAL_GRACE_S)
+            async with asyncio.timeout(OUTSIDE_SIGNAL_GRACE_S):
+                await self._left.wait()
         if self.leaving is None:
             return result
         why = f"[leadtime] killed with its worker ({self.leaving})\n"
