@@ -224,6 +224,9 @@ def test_a_childs_max_rss_below_its_spawners_is_not_taken_for_its_own():
     assert usage.finish(1.0, 0.1, max_rss=90.0, disk=0.0, spawner_rss=60.0).memory == 90.0
     quick = Usage(Resources(1, 1000, 10), FAST)  # ended before any sample: an upper bound
     assert quick.finish(0.01, 0.0, max_rss=60.0, disk=0.0, spawner_rss=60.0).memory == 60.0
+    exiting = Usage(Resources(1, 1000, 10), FAST)  # its one sample read an exiting tree
+    exiting.add(_sample(memory=0.0))
+    assert exiting.finish(0.01, 0.0, max_rss=60.0, disk=0.0, spawner_rss=60.0).memory == 60.0
 
 
 def _sample(memory: float) -> Sample:

@@ -109,7 +109,6 @@ class Usage:
         self.disk = 0.0
         self.cpu = 0.0
         self.window_cores = 0.0
-        self.samples = 0
         self._window_s = config.window_s
         self._window: deque[tuple[float, float]] = deque([(0.0, 0.0)])
         self._series: list[float] | None = [] if config.record_series else None
@@ -118,7 +117,6 @@ class Usage:
 
     def add(self, sample: Sample) -> Exhaustion | None:
         """Fold in ``sample``; the limit it breaks, if any."""
-        self.samples += 1
         self.memory = max(self.memory, sample.memory)
         self.disk = max(self.disk, sample.disk)
         self._add_cpu(sample.time, sample.cpu)
@@ -163,10 +161,11 @@ class Usage:
         kernel carries the high-water RSS of the process that forked the task
         (``spawner_rss``: the worker's) over into the task's at ``exec``, so ``max_rss`` is
         the task's own only when it is above that; otherwise it is only an upper bound,
-        used when no sample was taken.
+        used when no sample saw the task's memory (none was taken, or the one taken read
+        a tree already exiting).
         """
         self.cpu = max(self.cpu, cpu)
-        if max_rss > spawner_rss or not self.samples:
+        if max_rss > spawner_rss or self.memory == 0:
             self.memory = max(self.memory, max_rss)
         self.disk = max(self.disk, disk)
         if self._series and max(self._series) < self.memory:
