@@ -341,16 +341,10 @@ class Engine:
         while not self._events.empty():  # told just now
             self._apply_all([self._events.get_nowait()])
         self._tick()
-        unsent = [(launch.worker, launch.spec) for launch in self._unsent]
-        for attempts, why in (
-            (ended_with_pilot(), "its pilot ended with the run"),
-            (unsent, "never sent: the run stopped"),
-        ):
-            for worker, spec in attempts:
-                stage = self.state.stages[self.state.task(spec.task_id).task.stage]
-                since = stage.running.get((spec.task_id, spec.attempt), self.state.now)
-                ended = lost(spec.task_id, spec.attempt, self.state.now - since, why)
-                self._effects(self.state.apply(AttemptEnded(worker, spec, ended)))
+        for worker, spec in ended_with_pilot():
+            self._given_up(worker, spec, "its pilot ended with the run")
+        for launch in self._unsent:
+            self._given_up(launch.worker, launch.spec, "never sent: the run stopped")
 
     async def _pump_updates(self) -> None:
         async for info in self.backend.updates():
@@ -425,7 +419,8 @@ class Engine:
 
     async def _take_over(self, pilots: Sequence[PilotRun]) -> None:
         """A resumed run's live pilots followed again; those gone meanwhile are replaced by
-        the planner."""
+        the planner, and the attempts that ran on a pilot ended are lost at once (its workers
+        cannot come back to tell)."""
         gone = []
         for pilot in pilots:
             if not pilot.live:
@@ -438,6 +433,12 @@ class Engine:
                 self.state.taken_over(pilot, job_id)
         for pilot in gone:  # after the others: a dependent of a gone pilot is cancelled
             self._effects(self.state.gone(pilot))
+        ended = {p.pilot_id for p in pilots if not p.live}
+        for key, pilot_id in self.state.expected_on.items():
+            if pilot_id in ended and key in self._unanswered:  # no worker of it can come back
+                self._given_up(
+                    *self._unanswered[key], "its pilot ended while the run had no manager"
+                )
         await self.recorder.flush()
 
     # ---- attempts -------------------------------------------------------------
@@ -461,6 +462,14 @@ class Engine:
 
         self._follow_future(future)
         future.add_done_callback(ended)
+
+    def _given_up(self, worker: Any, spec: AttemptSpec, why: str) -> None:
+        """Record attempt ``spec`` lost, ``why`` its worker cannot tell how it ended."""
+        self._tick()
+        stage = self.state.stages[self.state.task(spec.task_id).task.stage]
+        since = stage.running.get((spec.task_id, spec.attempt), self.state.now)
+        ended = lost(spec.task_id, spec.attempt, self.state.now - since, why)
+        self._effects(self.state.apply(AttemptEnded(worker, spec, ended)))
 
     def _spawn(self, coro: Any) -> None:
         self._follow_future(asyncio.ensure_future(coro))

@@ -206,6 +206,8 @@ class RunState:
         """The loop's clock as of the last :class:`Tick`."""
         self.expected: dict[str, list[AttemptSpec]] = {}
         """Attempts of a resumed run still running on their workers, by worker id."""
+        self.expected_on: dict[tuple[str, int], str] = {}
+        """The pilot each of those attempts ran on."""
 
     @property
     def now(self) -> float:
@@ -308,6 +310,7 @@ class RunState:
             stage.running[(task.task.id, attempt)] = row["start_t"] or 0.0
             spec = self._spec(task, attempt, allocation)
             self.expected.setdefault(row["worker"], []).append(spec)
+            self.expected_on[(task.task.id, attempt)] = row["pilot_id"]
             return
         if outcome == "running":  # sent to no worker: it never ran
             task.lost.add(attempt)

@@ -4,6 +4,8 @@ run is left behind. The same on Slurm is in test_e2e_slurm.py; bench/resume_swee
 twenty points of each."""
 
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import time
@@ -65,6 +67,31 @@ def test_a_killed_managers_run_resumes_and_completes_every_task_once(tmp_path, p
     assert "done" in crash.status()
     assert crash.leftovers() == []
     assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
+
+
+def test_the_attempts_of_a_pilot_that_ended_while_the_run_had_no_manager_run_again_at_once(
+    tmp_path,
+):
+    """The pilot's job ended (time limit, scancel) while no manager ran: its workers cannot
+    come back, so resume does not wait for them (``reattach_s``) to run its attempts again."""
+    crash = Crash(tmp_path, "local")
+    crash.start()
+    assert crash.wait_for(lambda c: c.done("a") >= 2 and running_attempts(c.db))
+    crash.kill()
+    running = running_attempts(crash.db)
+    for record in (tmp_path / ".leadtime" / crash.run_id).glob("*.pilot"):
+        for pid, _ in json.loads(record.read_text())["workers"]:
+            os.kill(pid, signal.SIGKILL)  # the job's end: its tasks go with their worker
+    summary = crash.resume()
+    assert summary["status"] == "done", summary["error"]
+    assert sorted(set(crash.ids())) == crash.expected_ids()
+    with sqlite3.connect(crash.db) as con:
+        rows = con.execute("SELECT task_id, attempt, output_tail FROM attempts").fetchall()
+    tails = {(task, attempt): tail for task, attempt, tail in rows}
+    assert running and all(
+        tails[key] == "[leadtime] its pilot ended while the run had no manager" for key in running
+    )
+    assert crash.leftovers() == []
 
 
 def test_a_done_task_whose_output_is_gone_runs_again_on_resume(tmp_path):
