@@ -398,6 +398,9 @@ def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
         final = {j["name"].rsplit("-", 2)[1]: j["state"] for j in jobs.jobs()}
         assert final == {"a": "COMPLETED", "b": "CANCELLED"}
         assert subprocess.run(["pgrep", "-fx", sleep], check=False).returncode == 1
+        with sqlite3.connect(tmp_path / "db") as con:  # what a resume would wait for: none
+            (outcome,) = con.execute("SELECT outcome FROM attempts").fetchone()
+        assert outcome == "lost"
     finally:
         run.kill()
         if jobs is not None:
