@@ -301,6 +301,8 @@ class Manager:
             worker = await self._admit(channel)
             if worker is not None:
                 await self._serve(worker, channel)
+        except asyncio.CancelledError:
+            pass  # closed by close(): ends quietly (Python 3.11's server logs a cancelled one)
         finally:
             self._connections.discard(task)
             await channel.close()

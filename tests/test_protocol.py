@@ -270,6 +270,23 @@ async def test_handshake_registers_a_worker_with_the_secret():
         await channel.close()
 
 
+async def test_a_manager_that_closes_with_workers_connected_logs_no_error():
+    """Ctrl-C with a worker still connected: its connection ends quietly (Python 3.11's stream
+    server reports a connection task that ends cancelled as an unhandled error)."""
+    errors = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+    joined = asyncio.Queue()
+    manager = Manager(SECRET, on_join=joined.put_nowait)
+    await manager.start()
+    channel = await connect(manager.address)
+    await protocol.offer(channel, SECRET, REGISTRATION)
+    await joined.get()
+    await manager.close()
+    await asyncio.sleep(0.05)  # the connection task's done callbacks run
+    assert errors == []
+    await channel.close()
+
+
 async def test_a_worker_with_the_wrong_secret_distrusts_the_manager():
     async with Manager(SECRET) as manager:
         channel = await connect(manager.address)
