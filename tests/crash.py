@@ -158,23 +158,30 @@ class Crash:
 
 
 SLOW_SBATCH = """#!/bin/sh
-# sbatch, one second late: {mark} exists while a submission is under way, and counts them.
+# sbatch, one second late: {mark} exists while the second runs, and counts the submissions.
 echo >> "{mark}.count"
-touch "{mark}"
-sleep 1
+{before}
 {sbatch} "$@"
 status=$?
+{after}
 rm -f "{mark}"
 exit $status
 """
+LATE = 'touch "{mark}"; sleep 1'
 
 
-def slow_sbatch(directory: Path) -> tuple[dict[str, str], Callable[[int], bool]]:
-    """A PATH whose sbatch is slow, and whether the n-th submission is under way now."""
+def slow_sbatch(
+    directory: Path, answer_late: bool = False
+) -> tuple[dict[str, str], Callable[[int], bool]]:
+    """A PATH whose sbatch is a second slow to queue the job (``answer_late``: to tell its
+    id, the job queued), and whether the n-th submission is in that second now."""
     directory.mkdir(parents=True, exist_ok=True)
     mark = directory / "submitting"
     script = directory / "sbatch"
-    script.write_text(SLOW_SBATCH.format(mark=mark, sbatch=shutil.which("sbatch")))
+    late = LATE.format(mark=mark)
+    before, after = (":", late) if answer_late else (late, ":")
+    sbatch = shutil.which("sbatch")
+    script.write_text(SLOW_SBATCH.format(mark=mark, sbatch=sbatch, before=before, after=after))
     script.chmod(0o755)
 
     def submitting(n: int) -> bool:

@@ -629,6 +629,26 @@ def test_a_killed_managers_slurm_run_resumes_and_completes_every_task_once(tmp_p
             subprocess.run(["scancel", job["id"]], check=False)
 
 
+def test_ctrl_c_while_sbatch_tells_the_job_id_leaves_no_job_queued(tmp_path, cluster):
+    """Ctrl-C after Slurm queued a pilot, before sbatch told its id: the run's end finds the
+    job by its name and cancels it, instead of leaving it to start with no manager."""
+    cluster.background(120)  # the node is busy: the pilot stays queued
+    env, submitting = slow_sbatch(tmp_path / "bin", answer_late=True)
+    crash = slurm_crash(tmp_path / "run", env)  # the 4th sbatch: 3 checks, then a's pilot
+    crash.start()
+    try:
+        assert crash.wait_for(lambda c: submitting(4), timeout=180), crash.manager.stderr.read()
+        assert queued_of(crash)  # queued, its id not yet told
+        crash.interrupt()
+        assert crash.manager.returncode == 130
+        assert queued_of(crash) == []
+        assert "Traceback" not in crash.manager.stderr.read()
+    finally:
+        crash.kill()
+        for job in queued_of(crash) if crash.run_id else []:
+            subprocess.run(["scancel", job["id"]], check=False)
+
+
 def test_the_pilots_of_a_run_nobody_resumes_end_by_themselves(tmp_path):
     """The running pilot's workers wait --manager-grace for a manager, then end with their
     tasks and their pilot; the dependent pilot's dependency then fails, and Slurm removes it

@@ -156,6 +156,8 @@ class SlurmBackend:
         """Unix time we asked for each job: Slurm's times, whole seconds, are not earlier."""
         self._releases: dict[str, _Release] = {}
         self._submitting: set[tuple[str, str]] = set()
+        self._cut_short: list[tuple[str, str]] = []
+        """Submissions interrupted (the run stopped): their job may be queued, its id unknown."""
         self._updates: asyncio.Queue[JobInfo | None] = asyncio.Queue()
         self._poller: asyncio.Task[None] | None = None
 
@@ -170,6 +172,9 @@ class SlurmBackend:
         asked = clock.epoch_now()
         try:
             job_id = await self._submit(request, args, script)
+        except asyncio.CancelledError:
+            self._cut_short.append(key)
+            raise
         finally:
             self._submitting.discard(key)
         self._submitted[job_id] = asked
@@ -222,10 +227,20 @@ class SlurmBackend:
             yield info
 
     async def close(self) -> None:
+        """Stop following jobs; cancel the job an interrupted submission may have queued
+        (sbatch killed before it told the id), which would otherwise start with no manager."""
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
             self._poller = None
+        for name, comment in self._cut_short:
+            try:
+                for job_id in await self.find(name, comment):
+                    if job_id not in self._known:
+                        log.warning("cancelling job %s: its submission was interrupted", job_id)
+                        await self._scancel(job_id)
+            except SlurmError as e:
+                log.warning("job %s may be left queued: %s", name, e)
         self._updates.put_nowait(None)
 
     async def cluster_name(self) -> str:
