@@ -3,6 +3,7 @@ that finished runs again, live pilots and their running tasks are taken over, no
 run is left behind. The same on Slurm is in test_e2e_slurm.py; bench/resume_sweep.py kills at
 twenty points of each."""
 
+import contextlib
 import json
 import os
 import signal
@@ -141,6 +142,9 @@ def test_resume_refuses_a_run_whose_manager_is_alive(tmp_path):
         assert f"run {crash.run_id} is running: its manager (pid {crash.manager.pid}" in done.stderr
     finally:
         crash.kill()
+        for pid in crash.leftovers():  # its workers, which would wait 10 min for a manager
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_run_recorded_with_options_this_version_cannot_read_is_refused(tmp_path, cli):
