@@ -19,6 +19,7 @@ from rich.text import Text
 
 from backends import clock
 from backends.base import BackendError, SubmitError
+from backends.options import Workers
 from backends.registry import BACKENDS
 from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
@@ -285,6 +286,13 @@ def run(
         summary = _resume(previous, db, dashboard=not (quiet or json_))
     else:
         summary = _run(workflow, config, db, dashboard=not (quiet or json_))
+    if config.backend.workers is Workers.SIMULATED and not json_:
+        err.print(
+            f"a simulated run (--backend {backend}): a cluster replayed on virtual time, no "
+            "task's command ran; --backend local or --backend slurm runs them",
+            highlight=False,
+            markup=False,
+        )
     _report(summary, json_)
 
 

@@ -23,6 +23,16 @@ def test_run_json_has_the_run_s_figures_and_each_stage_s(cli):
         assert stage["end_s"] >= stage["start_s"] >= stage["submit_s"]
 
 
+def test_a_simulated_run_says_that_no_command_ran(cli):
+    done = cli("run", BLAST, "--quiet", "--strategy", "bigjob")
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())  # as rich wrapped it
+    assert (
+        "a simulated run (--backend mock): a cluster replayed on virtual time, no task's "
+        "command ran; --backend local or --backend slurm runs them"
+    ) in said
+
+
 def test_status_lists_the_runs_of_the_store(cli):
     cli("run", BLAST, "--quiet", "--strategy", "bigjob")
     listed = cli("status")
