@@ -338,9 +338,7 @@ class Engine:
         self._wake = deadline
         while ended_with_pilot() and clock.now() < deadline:
             self._apply_all(await self._next_events())
-        while not self._events.empty():  # told just now
-            self._apply_all([self._events.get_nowait()])
-        self._tick()
+        self._apply_all(await next_events(self._events, 0.0))  # told just now
         for worker, spec in ended_with_pilot():
             self._given_up(worker, spec, "its pilot ended with the run")
         for launch in self._unsent:
