@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from learners.resources import PACKED
 from orchestrator.compare import Row, normalised
-from orchestrator.human import duration, relative
+from orchestrator.human import count, duration, relative
 from orchestrator.runrecord import CategoryUse, CoreUsage
 from orchestrator.summary import PilotFigures, StageFigures
 
@@ -124,7 +124,7 @@ def timeline(
             _span(top, row, s.ready_t, began, WAITING, unit)
             if s.start_t is not None:
                 _span(top, row, s.start_t, end_t if s.end_t is None else s.end_t, WORKING, unit)
-        _labels(top, [f"{s.name} ({s.tasks} task{'s' * (s.tasks != 1)})" for s in stages])
+        _labels(top, [f"{s.name} ({count(s.tasks, 'task')})" for s in stages])
         for row, p in enumerate(pilots):
             ended = end_t if p.end_t is None else p.end_t
             eligible = p.eligible_t if p.eligible_t is not None else ended
@@ -184,7 +184,7 @@ def _labels(ax, labels: Sequence[str]) -> None:
 
 
 def _pilot_label(p: PilotFigures, job_id: str | None) -> str:
-    label = f"{p.pilot_id} · {p.cores} core{'s' * (p.cores != 1)}"
+    label = f"{p.pilot_id} · {count(p.cores, 'core')}"
     if job_id:
         label += f" · job {job_id}"
     if p.state and p.state != "COMPLETED":
