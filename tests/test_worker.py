@@ -339,17 +339,57 @@ async def test_a_malformed_spec_is_refused_before_it_costs_the_connection(tmp_pa
         assert (await worker.run(spec("fine", "true"))).outcome is Outcome.SUCCESS
 
 
-async def test_an_attempt_beyond_free_capacity_is_refused(tmp_path):
+async def test_attempts_sent_ahead_wait_and_start_in_the_order_they_came(tmp_path):
+    """A full worker holds what it is sent until it has room, and starts it first come, first
+    served; one larger than the worker is refused."""
     async with Cluster(tmp_path) as cluster:
         _, worker = await cluster.agent(capacity=Resources(2, 1000, 1000))
-        busy = asyncio.create_task(worker.run(spec("busy", "sleep 0.5", Resources(2, 100, 10))))
+        log = tmp_path / "order"
+        sizes = {"busy": 2, "second": 1, "third": 2, "fourth": 1}
+        runs = [
+            asyncio.create_task(
+                worker.run(spec(name, f"echo {name} >> {log}; sleep 0.3", Resources(n, 100, 10)))
+            )
+            for name, n in sizes.items()
+        ]
+        huge = await worker.run(spec("huge", "true", Resources(3, 100, 10)))
+        assert huge.outcome is Outcome.FAILED
+        assert "larger than the worker: cores 3 > 2" in huge.output_tail
+        results = await asyncio.gather(*runs)
+        assert [r.outcome for r in results] == [Outcome.SUCCESS] * 4
+        # "fourth" fits beside "second" but waits behind "third": first come, first served.
+        assert log.read_text().split() == list(sizes)
+        assert all(r.peak.wall < 1.0 for r in results)  # each timed from its own start
+
+
+async def test_an_attempt_waiting_is_cancelled_or_lost_with_its_worker(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        agent, worker = await cluster.agent(capacity=Resources(1, 1000, 1000))
+        marker = tmp_path / "ran"
+        busy = asyncio.create_task(worker.run(spec("busy", "sleep 0.5")))
+        cancelled = asyncio.create_task(worker.run(spec("cancelled", f"touch {marker}")))
+        dropped = asyncio.create_task(worker.run(spec("dropped", f"touch {marker}")))
+        await asyncio.sleep(0.2)
+        assert list(agent.waiting) == [("cancelled", 0), ("dropped", 0)]
+        cancelled.cancel()
         await asyncio.sleep(0.1)
-        refused = await worker.run(spec("more", "true", Resources(1, 100, 10)))
-        assert refused.outcome is Outcome.FAILED
-        assert "refused" in refused.output_tail and "cores 1 > 0 free" in refused.output_tail
-        assert (await busy).outcome is Outcome.SUCCESS
-        again = await worker.run(spec("more", "true", Resources(1, 100, 10), attempt=1))
-        assert again.outcome is Outcome.SUCCESS
+        assert list(agent.waiting) == [("dropped", 0)]
+        await worker.shutdown()
+        assert (await busy).outcome is Outcome.LOST
+        result = await dropped
+        assert result.outcome is Outcome.LOST and "shut down" in result.output_tail
+        assert not marker.exists()
+        assert await cluster.agents[0] == 0
+
+
+async def test_a_draining_worker_runs_what_waits_then_leaves(tmp_path):
+    async with Cluster(tmp_path) as cluster:
+        _, worker = await cluster.agent(capacity=Resources(1, 1000, 1000))
+        runs = [asyncio.create_task(worker.run(spec(f"t{i}", "sleep 0.2"))) for i in range(2)]
+        await asyncio.sleep(0.1)
+        reason = await worker.drain()
+        assert [r.outcome for r in await asyncio.gather(*runs)] == [Outcome.SUCCESS] * 2
+        assert reason.startswith("released") and await cluster.agents[0] == 0
 
 
 async def test_many_short_tasks_on_two_workers(tmp_path):
@@ -529,6 +569,36 @@ async def test_a_resuming_manager_takes_over_what_its_workers_ran(tmp_path):
             assert results["slow"].outcome is Outcome.SUCCESS
             assert results["never"].outcome is Outcome.LOST
             assert "no longer ran it" in results["never"].output_tail
+            await resumed.workers["w1"].shutdown()
+
+
+async def test_a_resuming_manager_takes_over_an_attempt_still_waiting(tmp_path):
+    """What a worker holds ahead is its own: a manager resuming the run follows it as it
+    follows what runs, and it runs once."""
+    manager_file = tmp_path / "manager"
+    log = tmp_path / "ran"
+    async with Cluster(tmp_path) as cluster:
+        manager_file.write_text(f"127.0.0.1:{cluster.manager.address[1]}")
+        agent, worker = await cluster.agent(
+            capacity=Resources(1, 1000, 1000), manager_file=manager_file
+        )
+        runs = [
+            asyncio.create_task(worker.run(spec(name, f"sleep 0.8; echo {name} >> {log}")))
+            for name in ("first", "next")
+        ]
+        await asyncio.sleep(0.2)
+        await cluster.manager.close()  # the manager dies
+        await asyncio.gather(*runs)
+        assert list(agent.waiting) == [("next", 0)]
+        resumed = Manager(SECRET, heartbeat_s=0.1, reattach_s=5.0)
+        now = clock.now()
+        keys = (("first", 0), ("next", 0))
+        follows = [resumed.expect("w1", key, now).follow(key, now) for key in keys]
+        async with resumed:
+            manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
+            results = await asyncio.wait_for(asyncio.gather(*follows), 10)
+            assert [r.outcome for r in results] == [Outcome.SUCCESS] * 2
+            assert log.read_text().split() == ["first", "next"]
             await resumed.workers["w1"].shutdown()
 
 

@@ -3,8 +3,10 @@
 It learns its capacity from Slurm's environment (or flags), connects to the
 manager, proves it belongs to the run, registers, heartbeats, and runs the
 attempts it is sent, several at once within its capacity. The manager
-decides placement; an attempt that does not fit what is free is refused
-with a clear error. It leaves cleanly (exit code 0) when the manager asks,
+decides placement and may send attempts ahead, while the worker is full: they
+wait, in the order they came, until there is room (a worker of short tasks then
+never idles while the manager answers). An attempt larger than the worker is
+refused with a clear error. It leaves cleanly (exit code 0) when the manager asks,
 on SIGTERM, or when its pilot's time is up (it stops taking tasks a margin
 before).
 
@@ -328,6 +330,8 @@ class Agent:
             cgroups=cgroups,
         )
         self.attempts: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self.waiting: dict[tuple[str, int], AttemptSpec] = {}
+        """Attempts sent ahead, in the order they came: each starts once it fits what is free."""
         self.leaving: str | None = None
         """Why the worker is leaving, once it is (it takes no new tasks then)."""
         self._channel: Channel | None = None
@@ -379,8 +383,9 @@ class Agent:
         self._leave_if_idle()
 
     def shutdown(self, reason: str) -> None:
-        """Kill the running tasks (reported lost) and leave."""
+        """Kill the running tasks and drop the waiting ones (all reported lost), and leave."""
         self.drain(reason)
+        self._drop_waiting(f"worker shut down: {reason}")
         self.runner.stop_all(f"worker shut down: {reason}")
 
     # --- connection -------------------------------------------------------------------------
@@ -453,7 +458,9 @@ class Agent:
                         self._start(spec)
                 elif kind == "cancel":
                     for task_id, attempt in protocol.keys(message):
-                        self.runner.stop(task_id, attempt, "cancelled by the manager")
+                        if self.waiting.pop((task_id, attempt), None) is None:
+                            self.runner.stop(task_id, attempt, "cancelled by the manager")
+                    self._leave_if_idle()
                 elif kind == "drain":
                     self.drain("the manager asked")
                 elif kind == "shutdown":
@@ -489,19 +496,29 @@ class Agent:
 
     def _start(self, spec: AttemptSpec) -> None:
         key = (spec.task_id, spec.attempt)
-        if key in self.attempts:
-            log.error("attempt %d of %s is already running; ignored", spec.attempt, spec.task_id)
+        if key in self.attempts or key in self.waiting:
+            log.error("attempt %d of %s is already here; ignored", spec.attempt, spec.task_id)
             return
         if self.leaving:
             self._report(lost(spec.task_id, spec.attempt, 0.0, f"worker leaving: {self.leaving}"))
             return
-        allocation = spec.allocation
-        if not allocation.fits_in(self.free):
+        if not spec.allocation.fits_in(self.capacity):
             self._report(self._refused(spec))
             return
-        self.free = self.free.minus(allocation)
-        cpus = self.cores.take(allocation.cores)
-        self.attempts[key] = asyncio.create_task(self._run(spec, cpus))
+        self.waiting[key] = spec
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start the attempts sent ahead, in the order they came, while the first fits."""
+        while self.waiting:
+            key, spec = next(iter(self.waiting.items()))
+            allocation = spec.allocation
+            if not allocation.fits_in(self.free):
+                return
+            del self.waiting[key]
+            self.free = self.free.minus(allocation)
+            cpus = self.cores.take(allocation.cores)
+            self.attempts[key] = asyncio.create_task(self._run(spec, cpus))
 
     async def _run(self, spec: AttemptSpec, cpus: frozenset[int] | None) -> None:
         try:
@@ -516,6 +533,7 @@ class Agent:
             self.cores.give(cpus, spec.allocation.cores)
             del self.attempts[(spec.task_id, spec.attempt)]
         self._report(result)
+        self._start_waiting()
         self._leave_if_idle()
 
     async def _stopped_with_worker(self, result: AttemptResult) -> AttemptResult:
@@ -530,11 +548,13 @@ class Agent:
         return replace(result, outcome=Outcome.LOST, output_tail=why + result.output_tail)
 
     def _refused(self, spec: AttemptSpec) -> AttemptResult:
-        a, free = spec.allocation, self.free
+        a, capacity = spec.allocation, self.capacity
         short = ", ".join(
-            f"{r} {a[r]:g} > {free[r]:g} free" for r in PACKED if a[r] > free[r] + 1e-9
+            f"{r} {a[r]:g} > {capacity[r]:g}" for r in PACKED if a[r] > capacity[r] + 1e-9
         )
-        return refused(spec, f"worker {self.id} refused the attempt: {short}")
+        return refused(
+            spec, f"worker {self.id} refused the attempt, larger than the worker: {short}"
+        )
 
     def _report(self, result: AttemptResult) -> None:
         if self._channel is None:
@@ -553,17 +573,25 @@ class Agent:
         unsent, self._unsent = self._unsent, {}
         for result in {**recent, **unsent}.values():
             channel.post("result", protocol.result_item(result))
-        channel.send("attached", items=[protocol.key_item(*key) for key in self.attempts])
+        here = [*self.attempts, *self.waiting]
+        channel.send("attached", items=[protocol.key_item(*key) for key in here])
 
     def _leave_if_idle(self) -> None:
         channel = self._channel
-        if self.leaving is None or self.attempts or channel is None or self._released:
+        busy = self.attempts or self.waiting
+        if self.leaving is None or busy or channel is None or self._released:
             return
         self._released = True
         channel.send("bye", reason=self.leaving)
         channel.writer.close()
 
+    def _drop_waiting(self, reason: str) -> None:
+        waiting, self.waiting = self.waiting, {}
+        for task_id, attempt in waiting:
+            self._report(lost(task_id, attempt, 0.0, reason))
+
     async def _stop_all(self, reason: str) -> None:
+        self._drop_waiting(reason)
         self.runner.stop_all(reason)
         if self.attempts:
             await asyncio.gather(*self.attempts.values(), return_exceptions=True)
