@@ -51,6 +51,9 @@ class RemoteWorker:
     ``run`` call cancels the attempt on the worker.
     """
 
+    queues = True
+    """It holds attempts sent while it is full until it has room."""
+
     def __init__(self, channel: Channel | None, registration: Registration) -> None:
         """``channel`` is None for a worker known only by its id, not (yet) connected."""
         self.id = registration.worker_id

@@ -3,7 +3,9 @@
 The pool knows each worker's capacity, what is allocated on it, the stages
 its pilot serves and whether the pilot still takes work. It places a sized
 task on a worker with room, preferring the pilot of the task's stage, and
-never on a worker whose pilot ends before the task would.
+never on a worker whose pilot ends before the task would. Asked to, it also
+places a task *ahead* on a full worker agent, which holds it until it has room:
+at most one capacity's worth more than the worker runs.
 
 Workers are kept by the stages their pilot serves, each group ordered by free cores, so
 that a placement looks only at workers with enough cores free, from the fullest up, and
@@ -33,6 +35,10 @@ class Worker(Protocol):
     end_time: float
     """When its pilot's allocation ends, on the loop clock."""
 
+    queues: bool
+    """Takes attempts ahead of room and starts them, in the order they came, as room frees (a
+    worker agent); a simulated worker runs what it is given at once."""
+
     @property
     def accepting(self) -> bool:
         """Takes new attempts (a worker stops a while before its pilot ends)."""
@@ -55,6 +61,9 @@ class Slot:
     key: tuple[float, int, Slot] | None = None
     """Its entry in its group's order (free cores, joined, itself); None while it takes no
     work."""
+    ahead_key: tuple[float, int, Slot] | None = None
+    """Its entry in its group's order of room ahead (free cores plus its capacity's cores,
+    joined, itself); None while it takes no work, or for a worker that does not queue."""
 
     @property
     def free_cores(self) -> float:
@@ -64,13 +73,17 @@ class Slot:
         """Whether its worker takes new attempts that run until ``until``."""
         return self.worker.end_time >= until and self.worker.accepting
 
-    def has_room(self, allocation: Resources) -> bool:
-        """Whether ``allocation`` fits in what is free."""
+    def has_room(self, allocation: Resources, ahead: bool = False) -> bool:
+        """Whether ``allocation`` fits in what is free or, ``ahead``, in one capacity more
+        (and in the worker)."""
         capacity, used = self.worker.capacity, self.used
+        if ahead and not allocation.fits_in(capacity):
+            return False
+        k = 2 if ahead else 1
         return (
-            allocation.cores <= capacity.cores - used.cores + 1e-9
-            and allocation.memory <= capacity.memory - used.memory + 1e-9
-            and allocation.disk <= capacity.disk - used.disk + 1e-9
+            allocation.cores <= k * capacity.cores - used.cores + 1e-9
+            and allocation.memory <= k * capacity.memory - used.memory + 1e-9
+            and allocation.disk <= k * capacity.disk - used.disk + 1e-9
         )
 
 
@@ -85,6 +98,8 @@ class Pool:
         """Attempts running per pilot: asked of every live pilot on every pass."""
         self._groups: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
         """Per set of stages served, the workers taking work by (free cores, joined)."""
+        self._ahead: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
+        """The same for workers that queue, by room ahead (see :attr:`Slot.ahead_key`)."""
         self._order = count()
         self._largest: dict[str, Resources | None] = {}
         """What :meth:`largest_for` found, until a worker joins or leaves."""
@@ -124,34 +139,55 @@ class Pool:
     def busy(self, pilot_id: str) -> bool:
         return self._running[pilot_id] > 0
 
-    def place(self, stage: str, allocation: Resources, until: float) -> Slot | None:
-        """Reserve ``allocation`` on the best worker for a task of ``stage`` running ``until``.
+    def place(
+        self, stage: str, allocation: Resources, until: float, ahead: bool = False
+    ) -> Slot | None:
+        """Reserve ``allocation`` on the best worker for a task of ``stage`` running ``until``;
+        ``ahead``: on a full worker that queues, if none has room.
 
         Workers of the stage's own pilot come first; among equals, the one the
         task fills most (best fit), to keep room for larger tasks elsewhere.
         """
-        own = [g for g in self._groups if stage in g]
-        slot = self._first_fit(own, allocation, until)
-        if slot is None and self.share:
-            slot = self._first_fit([g for g in self._groups if stage not in g], allocation, until)
+        slot = self._best(self._groups, stage, allocation, until, ahead=False)
+        if slot is None and ahead:
+            slot = self._best(self._ahead, stage, allocation, until, ahead=True)
         if slot is not None:
             self._take(slot, allocation)
         return slot
 
+    def _best(
+        self,
+        orders: dict[frozenset[str], list[tuple[float, int, Slot]]],
+        stage: str,
+        allocation: Resources,
+        until: float,
+        ahead: bool,
+    ) -> Slot | None:
+        slot = self._first_fit(orders, [g for g in orders if stage in g], allocation, until, ahead)
+        if slot is None and self.share:
+            others = [g for g in orders if stage not in g]
+            slot = self._first_fit(orders, others, allocation, until, ahead)
+        return slot
+
+    @staticmethod
     def _first_fit(
-        self, groups: list[frozenset[str]], allocation: Resources, until: float
+        orders: dict[frozenset[str], list[tuple[float, int, Slot]]],
+        groups: list[frozenset[str]],
+        allocation: Resources,
+        until: float,
+        ahead: bool,
     ) -> Slot | None:
         """Of the workers in ``groups`` with room for ``allocation`` until ``until``, the one
         with the fewest cores free (the first to join among equals)."""
         best: tuple[float, int, Slot] | None = None
         for group in groups:
-            order = self._groups[group]
+            order = orders[group]
             for i in range(bisect_left(order, (allocation.cores - 1e-9,)), len(order)):
                 entry = order[i]
                 if best is not None and best < entry:
                     break
                 slot = entry[2]
-                if slot.takes(until) and slot.has_room(allocation):
+                if slot.takes(until) and slot.has_room(allocation, ahead):
                     best = entry
                     break
         return None if best is None else best[2]
@@ -159,14 +195,18 @@ class Pool:
     def _enter(self, slot: Slot) -> None:
         slot.key = (slot.free_cores, slot.joined, slot)
         insort(self._groups.setdefault(slot.stages, []), slot.key)
+        if slot.worker.queues:
+            slot.ahead_key = (slot.free_cores + slot.worker.capacity.cores, slot.joined, slot)
+            insort(self._ahead.setdefault(slot.stages, []), slot.ahead_key)
 
     def _exit(self, slot: Slot) -> None:
-        if slot.key is not None:
-            order = self._groups[slot.stages]
-            del order[bisect_left(order, slot.key)]
-            if not order:
-                del self._groups[slot.stages]
-            slot.key = None
+        for orders, key in ((self._groups, slot.key), (self._ahead, slot.ahead_key)):
+            if key is not None:
+                order = orders[slot.stages]
+                del order[bisect_left(order, key)]
+                if not order:
+                    del orders[slot.stages]
+        slot.key = slot.ahead_key = None
 
     def largest_for(self, stage: str) -> Resources | None:
         """The capacity of the largest worker the stage may use, draining or not (a pilot that

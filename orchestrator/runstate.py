@@ -38,6 +38,11 @@ from orchestrator.runs import SavedRun
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
 from workflows.spec import Allocation, Stage, Task, Workflow
 
+AHEAD_BELOW_S = 0.25
+"""A stage whose tasks take less than this on average also sends them ahead, to full workers
+that hold them until they have room: the manager's round trip then leaves no worker idle,
+and a stage's last tasks wait at most about this long behind others."""
+
 
 class WaitLearner(Protocol):
     """The queue-wait learner as the run uses it (see learners.queue_wait)."""
@@ -604,6 +609,8 @@ class RunState:
         for stage in self.stages.values():
             if stage.phase not in (Phase.READY, Phase.RUNNING):
                 continue
+            mean = stage.durations.mean
+            ahead = mean is not None and mean < AHEAD_BELOW_S
             while stage.queue:
                 task = stage.queue[0]
                 if task.allocation is None:
@@ -618,7 +625,7 @@ class RunState:
                 expected = task.allocation.wall
                 if expected == float("inf"):
                     expected = stage.durations.mean or 0.0
-                slot = self.pool.place(stage.spec.name, task.allocation, now + expected)
+                slot = self.pool.place(stage.spec.name, task.allocation, now + expected, ahead)
                 if slot is None:
                     largest = self.pool.largest_for(stage.spec.name)
                     if not self._own_workers(stage) or largest is None:

@@ -127,6 +127,7 @@ class SimWorker:
 
     accepting = True
     """Until its pilot ends: a simulated pilot ends exactly at its end time."""
+    queues = False
 
     def __init__(
         self,

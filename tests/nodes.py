@@ -15,3 +15,4 @@ class Node:
     capacity: Resources = NODE
     end_time: float = 1e9
     accepting: bool = True
+    queues: bool = False

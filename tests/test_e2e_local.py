@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 
 import psutil
 import pytest
@@ -392,6 +393,65 @@ def test_three_stages_pass_files_through_the_working_directory(tmp_path):
     assert (tmp_path / ".leadtime" / summary["run_id"]).is_dir()  # the run's own files
 
 
+def one_stage_with_outputs(tmp_path, name: str, command: str, count: int):
+    """A workflow of ``count`` one-core tasks, each declaring ``out/<index>.txt``, on one
+    pilot of two cores."""
+    (tmp_path / "out").mkdir()
+    return loads(
+        textwrap.dedent(
+            f"""
+            name = "{name}"
+            workdir = "{tmp_path}"
+            [[stage]]
+            name = "work"
+            allocation = {{ cores = 2, time = "10m" }}
+            [stage.tasks]
+            command = "{command}"
+            count = {count}
+            cores = 1
+            memory = "50M"
+            disk = "10M"
+            outputs = ["out/{{index}}.txt"]
+            """
+        )
+    )
+
+
+def test_a_worker_killed_with_short_tasks_sent_ahead_loses_them_and_each_runs_once(tmp_path):
+    """Short tasks are sent ahead to full workers; a worker SIGKILLed while it holds some
+    loses them with what it ran, and they run elsewhere: every task succeeds exactly once."""
+    tasks = 80
+    command = "sleep 0.02 && echo ok > out/{index}.txt"
+    workflow = one_stage_with_outputs(tmp_path, "ahead", command, tasks)
+    killed: list[tuple[str, int]] = []
+
+    def observer(engine):
+        if killed or engine.state.stages["work"].done < 10:
+            return
+        for worker in engine.source.manager.workers.values():
+            if worker.alive and worker.running > worker.capacity.cores:  # some wait there
+                killed.append((worker.id, worker.running))
+                os.kill(worker.pid, signal.SIGKILL)
+                return
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            config = local_config(tmp_path, strategy="per-stage")
+            summary = await execute(workflow, config, store, observer=observer)
+            return summary, await store.rows("attempts", {"run_id": summary.run_id})
+
+    summary, attempts = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    ((victim, held),) = killed
+    assert held >= 2
+    lost = [a for a in attempts if a["outcome"] == "lost"]
+    assert len([a for a in lost if a["worker"] == victim]) >= held
+    successes = Counter(a["task_id"] for a in attempts if a["outcome"] == "success")
+    assert sorted(successes) == sorted(f"work.{i}" for i in range(tasks))
+    assert set(successes.values()) == {1}
+    assert len(list((tmp_path / "out").iterdir())) == tasks
+
+
 CHAOS_TASKS = 100
 CHAOS_KILLS = 10
 
@@ -402,25 +462,7 @@ def test_ten_worker_kills_lose_no_task_and_complete_none_twice(tmp_path):
     recorded with its cause and shown by ``status``."""
     sleep = "0.$(( 3 + {index} % 4 ))"  # 0.3 to 0.6 s
     command = f"sleep {sleep} && echo {{index}} >> shared.txt && echo ok > out/{{index}}.txt"
-    (tmp_path / "out").mkdir()
-    workflow = loads(
-        textwrap.dedent(
-            f"""
-            name = "chaos"
-            workdir = "{tmp_path}"
-            [[stage]]
-            name = "work"
-            allocation = {{ cores = 2, time = "10m" }}
-            [stage.tasks]
-            command = "{command}"
-            count = {CHAOS_TASKS}
-            cores = 1
-            memory = "50M"
-            disk = "10M"
-            outputs = ["out/{{index}}.txt"]
-            """
-        )
-    )
+    workflow = one_stage_with_outputs(tmp_path, "chaos", command, CHAOS_TASKS)
     rng = random.Random(7)
     kills: list[tuple[str, int]] = []
     progress = [0]  # the stage's tasks done at each kill

@@ -49,7 +49,7 @@ STAGE_SETS = [frozenset({"a"}), frozenset({"b"}), frozenset({"a", "b"})]
 )
 def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_first(share, ops):
     """The pool's ordered groups choose, and count a stage's slots, as a scan of every worker
-    would."""
+    would; a placement ahead, only if no worker has room, on a worker that queues."""
     pool = Pool(share)
     joined: dict[str, tuple[Node, frozenset[str], Resources]] = {}  # in join order: worker, used
     draining: set[str] = set()
@@ -59,6 +59,7 @@ def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_
         if op == "j":
             node = Node(worker_id, pilot, CAPACITIES[k % 4], end_time=100.0 * (1 + k % 3))
             node.accepting = k != 7
+            node.queues = n % 2 == 0
             pool.join(node, pilot, STAGE_SETS[n % 3])
             joined.pop(worker_id, None)
             joined[worker_id] = (node, STAGE_SETS[n % 3], Resources())
@@ -99,8 +100,22 @@ def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_
                 and (share or stage in stages)
                 and size.fits_in(node.capacity.minus(used))
             ]
+            ahead = [
+                ((stage not in stages, 2 * node.capacity.cores - used.cores), worker_id)
+                for worker_id, (node, stages, used) in joined.items()
+                if node.pilot_id not in draining
+                and node.end_time >= until
+                and node.accepting
+                and node.queues
+                and (share or stage in stages)
+                and size.fits_in(node.capacity)
+                and size.fits_in(node.capacity.plus(node.capacity).minus(used))
+            ]
+            queue = k % 3 == 0
+            if not fits and queue:
+                fits = ahead
             expected = min(fits, key=lambda f: f[0])[1] if fits else None  # the first of equals
-            slot = pool.place(stage, size, until)
+            slot = pool.place(stage, size, until, queue)
             assert (slot and slot.worker.id) == expected
             if slot is not None:
                 node, stages, used = joined[expected]

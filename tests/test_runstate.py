@@ -175,3 +175,28 @@ def test_a_task_that_fits_no_worker_fails_the_run_with_why():
     assert state.place() == []
     assert state.status is Status.FAILED and "a.0" in (state.error or "")
     assert state.stages["a"].phase is Phase.FAILED
+
+
+def ended(launch: Launch, wall: float) -> AttemptEnded:
+    spec = launch.spec
+    used = Resources(cores=1, memory=50, disk=1, wall=wall)
+    return AttemptEnded(
+        launch.worker, spec, AttemptResult(spec.task_id, spec.attempt, Outcome.SUCCESS, used)
+    )
+
+
+MANY = TWO_STAGES.replace("count = 3", "count = 12")
+
+
+def test_short_tasks_are_sent_ahead_to_full_workers_that_queue_and_long_ones_are_not():
+    """Once a stage's tasks are known to be short, a full worker agent is sent one capacity's
+    worth more, which it starts as room frees; never a simulated worker, never long tasks."""
+    for queues, wall, ahead in ((True, 0.01, 2), (True, 5.0, 0), (False, 0.01, 0)):
+        state, _ = new_state(MANY)
+        state.start()
+        started_pilot(state, "a", "7")
+        state.apply(WorkerJoined(Node("n1", "7", queues=queues)))
+        first = state.place()
+        assert len(first) == 2  # nothing is known of the stage's tasks yet: no more than room
+        state.apply(ended(first[0], wall))
+        assert len(state.place()) == 1 + ahead
