@@ -47,19 +47,33 @@ from workflows.spec import Task, Workflow
 
 LAST_ANSWERS_S = 5.0
 """How long a run's end waits to hear how the attempts on its ended pilots ended."""
+GATHER_S = 0.002
+"""After a pass that sent attempts ahead, the loop gathers events this long once one came, so
+that one pass takes in several results: the workers have work meanwhile."""
 
 
-async def next_events(queue: asyncio.Queue[Event], timeout: float | None) -> list[Event]:
-    """Every event ready once one is (none if ``timeout`` s pass first).
+async def next_events(
+    queue: asyncio.Queue[Event], timeout: float | None, gather: float = 0.0
+) -> list[Event]:
+    """Every event ready once one is, and those that come within ``gather`` s after it (none
+    if ``timeout`` s pass first). A cancellation (Ctrl-C) leaves every event queued, in order,
+    for the run's end to take in.
 
     ``asyncio.timeout``, not ``wait_for``: before Python 3.12, ``wait_for`` returns the
-    event and swallows a cancellation (Ctrl-C) that comes as it arrives, and the run would
-    go on."""
+    event and swallows a cancellation that comes as it arrives, and the run would go on."""
     try:
         async with asyncio.timeout(timeout):
             events = [await queue.get()]
     except TimeoutError:
         return []
+    if gather:
+        try:
+            await clock.sleep(gather)
+        except asyncio.CancelledError:
+            events += [queue.get_nowait() for _ in range(queue.qsize())]
+            for event in events:
+                queue.put_nowait(event)
+            raise
     while not queue.empty():
         events.append(queue.get_nowait())
     return events
@@ -299,7 +313,8 @@ class Engine:
 
     async def _next_events(self) -> list[Event]:
         timeout = None if self._wake is None else max(0.0, self._wake - clock.now())
-        return await next_events(self._events, timeout)
+        gather = GATHER_S if self.state.sent_ahead else 0.0
+        return await next_events(self._events, timeout, gather)
 
     async def _settle(
         self, timeout: float = 600.0, unreleased: frozenset[str] = frozenset()

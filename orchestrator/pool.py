@@ -5,7 +5,7 @@ its pilot serves and whether the pilot still takes work. It places a sized
 task on a worker with room, preferring the pilot of the task's stage, and
 never on a worker whose pilot ends before the task would. Asked to, it also
 places a task *ahead* on a full worker agent, which holds it until it has room:
-at most one capacity's worth more than the worker runs.
+at most :data:`AHEAD_DEPTH` capacities' worth more than the worker runs.
 
 Workers are kept by the stages their pilot serves, each group ordered by free cores, so
 that a placement looks only at workers with enough cores free, from the fullest up, and
@@ -23,6 +23,10 @@ from typing import Protocol
 
 from learners.resources import PACKED, Resources
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
+
+AHEAD_DEPTH = 3
+"""A worker that queues holds at most this many capacities' worth of attempts ahead: enough
+that it has work while the manager gathers several results into one pass."""
 
 
 class Worker(Protocol):
@@ -62,24 +66,30 @@ class Slot:
     """Its entry in its group's order (free cores, joined, itself); None while it takes no
     work."""
     ahead_key: tuple[float, int, Slot] | None = None
-    """Its entry in its group's order of room ahead (free cores plus its capacity's cores,
-    joined, itself); None while it takes no work, or for a worker that does not queue."""
+    """Its entry in its group's order of room ahead (free cores plus :data:`AHEAD_DEPTH` times
+    its capacity's, joined, itself); None while it takes no work, or for a worker that does not
+    queue."""
 
     @property
     def free_cores(self) -> float:
         return self.worker.capacity.cores - self.used.cores
+
+    @property
+    def holds_ahead(self) -> bool:
+        """Its worker holds attempts it has no room for yet."""
+        return not self.used.fits_in(self.worker.capacity)
 
     def takes(self, until: float) -> bool:
         """Whether its worker takes new attempts that run until ``until``."""
         return self.worker.end_time >= until and self.worker.accepting
 
     def has_room(self, allocation: Resources, ahead: bool = False) -> bool:
-        """Whether ``allocation`` fits in what is free or, ``ahead``, in one capacity more
-        (and in the worker)."""
+        """Whether ``allocation`` fits in what is free or, ``ahead``, in
+        :data:`AHEAD_DEPTH` capacities more (and in the worker)."""
         capacity, used = self.worker.capacity, self.used
         if ahead and not allocation.fits_in(capacity):
             return False
-        k = 2 if ahead else 1
+        k = 1 + AHEAD_DEPTH if ahead else 1
         return (
             allocation.cores <= k * capacity.cores - used.cores + 1e-9
             and allocation.memory <= k * capacity.memory - used.memory + 1e-9
@@ -196,7 +206,8 @@ class Pool:
         slot.key = (slot.free_cores, slot.joined, slot)
         insort(self._groups.setdefault(slot.stages, []), slot.key)
         if slot.worker.queues:
-            slot.ahead_key = (slot.free_cores + slot.worker.capacity.cores, slot.joined, slot)
+            room = slot.free_cores + AHEAD_DEPTH * slot.worker.capacity.cores
+            slot.ahead_key = (room, slot.joined, slot)
             insort(self._ahead.setdefault(slot.stages, []), slot.ahead_key)
 
     def _exit(self, slot: Slot) -> None:

@@ -38,10 +38,11 @@ from orchestrator.runs import SavedRun
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
 from workflows.spec import Allocation, Stage, Task, Workflow
 
-AHEAD_BELOW_S = 0.25
+AHEAD_BELOW_S = 0.1
 """A stage whose tasks take less than this on average also sends them ahead, to full workers
-that hold them until they have room: the manager's round trip then leaves no worker idle,
-and a stage's last tasks wait at most about this long behind others."""
+that hold them until they have room (up to ``pool.AHEAD_DEPTH`` capacities' worth): the
+manager's round trip then leaves no worker idle, and a stage's last tasks wait at most about
+``AHEAD_DEPTH`` times this behind others."""
 
 
 class WaitLearner(Protocol):
@@ -209,6 +210,8 @@ class RunState:
         """The loop's clock when the run started."""
         self.clock = 0.0
         """The loop's clock as of the last :class:`Tick`."""
+        self.sent_ahead = False
+        """The last :meth:`place` sent an attempt ahead: workers have work for a while."""
         self.expected: dict[str, list[AttemptSpec]] = {}
         """Attempts of a resumed run still running on their workers, by worker id."""
         self.expected_on: dict[tuple[str, int], str] = {}
@@ -606,6 +609,7 @@ class RunState:
         """Place ready tasks, stage by stage in workflow order, head of each queue first."""
         starts = []
         now = self.clock
+        self.sent_ahead = False
         for stage in self.stages.values():
             if stage.phase not in (Phase.READY, Phase.RUNNING):
                 continue
@@ -640,6 +644,7 @@ class RunState:
                     task.allocation = fitted
                     continue
                 stage.queue.popleft()
+                self.sent_ahead |= slot.holds_ahead
                 starts.append(Launch(slot.worker, self._start(stage, task, slot)))
         return starts
 

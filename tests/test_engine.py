@@ -416,3 +416,29 @@ def test_a_cancellation_that_comes_as_an_event_arrives_stops_the_wait():
 
     left, ready, then = clock.run(main(), virtual=False)
     assert (left, ready, then) == (1, ["an attempt ended"], [])  # the event is still there
+
+
+def test_events_gathered_after_the_first_come_in_one_batch_and_a_cancellation_keeps_them():
+    """While workers hold attempts ahead, the loop takes in what comes shortly after the
+    first event with it; Ctrl-C meanwhile leaves them all queued, in order, for the run's
+    end."""
+
+    async def main():
+        queue = asyncio.Queue()
+        queue.put_nowait("first")
+        gathering = asyncio.ensure_future(next_events(queue, 10.0, gather=0.05))
+        await asyncio.sleep(0.01)
+        queue.put_nowait("second")
+        batch = await gathering
+        queue.put_nowait("third")
+        cancelled = asyncio.ensure_future(next_events(queue, 10.0, gather=10.0))
+        await asyncio.sleep(0.01)
+        queue.put_nowait("fourth")
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        return batch, await next_events(queue, 0.0)
+
+    batch, left = clock.run(main(), virtual=False)
+    assert batch == ["first", "second"]
+    assert left == ["third", "fourth"]

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from nodes import Node
 
 from learners.resources import Resources
-from orchestrator.pool import Pool
+from orchestrator.pool import AHEAD_DEPTH, Pool
 
 TASK = Resources(cores=1, memory=100, disk=10)
 
@@ -101,7 +101,10 @@ def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_
                 and size.fits_in(node.capacity.minus(used))
             ]
             ahead = [
-                ((stage not in stages, 2 * node.capacity.cores - used.cores), worker_id)
+                (
+                    (stage not in stages, (1 + AHEAD_DEPTH) * node.capacity.cores - used.cores),
+                    worker_id,
+                )
                 for worker_id, (node, stages, used) in joined.items()
                 if node.pilot_id not in draining
                 and node.end_time >= until
@@ -109,7 +112,7 @@ def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_
                 and node.queues
                 and (share or stage in stages)
                 and size.fits_in(node.capacity)
-                and size.fits_in(node.capacity.plus(node.capacity).minus(used))
+                and size.fits_in(scaled(node.capacity, 1 + AHEAD_DEPTH).minus(used))
             ]
             queue = k % 3 == 0
             if not fits and queue:
@@ -121,3 +124,7 @@ def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_
                 node, stages, used = joined[expected]
                 joined[expected] = (node, stages, used.plus(size))
                 placed.append((expected, size))
+
+
+def scaled(capacity: Resources, k: int) -> Resources:
+    return Resources(cores=k * capacity.cores, memory=k * capacity.memory, disk=k * capacity.disk)

@@ -12,7 +12,7 @@ from learners.sizing.base import TaskFeatures
 from orchestrator.agent.attempt import AttemptResult, Outcome
 from orchestrator.events import AttemptEnded, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.planner import Phase, Submit, make_planner
-from orchestrator.pool import Pool
+from orchestrator.pool import AHEAD_DEPTH, Pool
 from orchestrator.recorder import Recorder
 from orchestrator.runs import RunState as Status
 from orchestrator.runstate import (
@@ -189,14 +189,17 @@ MANY = TWO_STAGES.replace("count = 3", "count = 12")
 
 
 def test_short_tasks_are_sent_ahead_to_full_workers_that_queue_and_long_ones_are_not():
-    """Once a stage's tasks are known to be short, a full worker agent is sent one capacity's
-    worth more, which it starts as room frees; never a simulated worker, never long tasks."""
-    for queues, wall, ahead in ((True, 0.01, 2), (True, 5.0, 0), (False, 0.01, 0)):
+    """Once a stage's tasks are known to be short, a full worker agent is sent up to
+    AHEAD_DEPTH capacities' worth more, which it starts as room frees; never a simulated
+    worker, never long tasks."""
+    for queues, wall, ahead in ((True, 0.01, 2 * AHEAD_DEPTH), (True, 5.0, 0), (False, 0.01, 0)):
         state, _ = new_state(MANY)
         state.start()
         started_pilot(state, "a", "7")
         state.apply(WorkerJoined(Node("n1", "7", queues=queues)))
         first = state.place()
         assert len(first) == 2  # nothing is known of the stage's tasks yet: no more than room
+        assert not state.sent_ahead
         state.apply(ended(first[0], wall))
         assert len(state.place()) == 1 + ahead
+        assert state.sent_ahead == (ahead > 0)
