@@ -85,6 +85,22 @@ async def test_a_flat_sandbox_is_gone_at_once_and_a_deep_one_once_settled(runner
     assert not runner.sandbox(many).exists()
 
 
+async def test_an_emptied_sandbox_is_the_next_attempts_and_none_outlives_the_worker(runner):
+    """A flat sandbox is emptied and renamed for the next attempt (making and removing a
+    directory costs more); the next attempt finds it empty, and settling removes the spares."""
+    inode = 'stat -c %i "$LEADTIME_SCRATCH"; ls -A "$LEADTIME_SCRATCH" >&2'
+    first = await runner.run(spec("one", f"touch junk; {inode}"))
+    second = await runner.run(spec("two", inode))
+    assert first.stdout.head == second.stdout.head  # the same directory
+    assert second.stderr.head.split() == [taskrun.STDERR, STDOUT]  # junk went with one
+    assert not runner.sandbox(spec("one", "")).exists()
+    spares = list(runner.config.root.iterdir())
+    assert [s.name.startswith(".spare-") for s in spares] == [True]
+    assert list(spares[0].iterdir()) == []
+    await runner.settle()
+    assert list(runner.config.root.iterdir()) == []
+
+
 async def test_a_kept_sandbox_moves_to_the_run_directory_and_leaves_nothing_on_the_node(tmp_path):
     """Under Slurm the root is the node's /tmp: a failed attempt's scratch moves to the run's
     directory (where its user reads it), and the result says where."""

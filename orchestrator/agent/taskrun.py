@@ -59,6 +59,9 @@ STDERR = "leadtime.stderr"
 Keep = Literal["never", "failure", "always"]
 KEEP_BUDGET_MB = 1024.0
 """What a worker moves of kept sandboxes to the run's directory, at most, by default."""
+SPARE_SANDBOXES = 8
+"""Emptied sandboxes kept for the next attempts: renaming a directory costs a fraction of
+making and removing one, which matters for tasks of a few milliseconds."""
 NOT_KEPT = "leadtime.not-kept"
 
 
@@ -144,6 +147,9 @@ class Runner:
         self._running: dict[tuple[str, int], _Running] = {}
         self._removals: set[asyncio.Future] = set()
         self._keep_budget = config.keep_budget_mb * MB
+        self._spares: list[Path] = []
+        """Emptied sandboxes (``.spare-N`` under the root), each the next attempt's to take."""
+        self._spare_ids = itertools.count()
         self._keep_lock = threading.Lock()
         self._affinity = os.sched_getaffinity(0)
         config.root.mkdir(parents=True, exist_ok=True)
@@ -162,9 +168,7 @@ class Runner:
         if key in self._running:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id} is already running")
         sandbox = self.sandbox(spec)
-        if sandbox.exists():
-            shutil.rmtree(sandbox)
-        sandbox.mkdir()
+        self._make(sandbox)
         workdir = Path(spec.workdir) if spec.workdir else sandbox
         if not workdir.is_dir():
             self._clean(sandbox, None, success=False)
@@ -374,16 +378,29 @@ class Runner:
         return "\n".join(parts)[-MAX_TAIL:]
 
     async def settle(self) -> None:
-        """Wait for sandbox removals and moves still under way."""
+        """Wait for sandbox removals and moves still under way; remove the spare sandboxes."""
         while self._removals:
             await asyncio.gather(*self._removals)
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            shutil.rmtree(spare, ignore_errors=True)
+
+    def _make(self, sandbox: Path) -> None:
+        """Make ``sandbox`` empty, from a spare one where there is one."""
+        if sandbox.exists():
+            shutil.rmtree(sandbox)
+        while self._spares:
+            with contextlib.suppress(OSError):  # gone: try the next, or make one
+                os.rename(self._spares.pop(), sandbox)
+                return
+        sandbox.mkdir()
 
     def _clean(self, sandbox: Path, cgroup: Path | None, *, success: bool) -> Path | None:
         """Remove the sandbox unless it is to be kept; where it is kept."""
         keep = self.config.keep_sandboxes
         place = None
         if keep == "never" or (keep == "failure" and success):
-            if not _remove_if_flat(sandbox):
+            if not self._empty_if_flat(sandbox):
                 self._off_loop(shutil.rmtree, sandbox, True)
         else:
             keep_to = self.config.keep_to
@@ -395,6 +412,32 @@ class Runner:
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.remove(cgroup)
         return place
+
+    def _empty_if_flat(self, sandbox: Path, most: int = 16) -> bool:
+        """Empty ``sandbox`` here if it holds only a few plain files (often just the task's
+        stdout and stderr), and keep it as a spare or remove it: handing it to a thread costs
+        more than these unlinks. False: it is left for a thread's rmtree.
+
+        The files go, never reused: a process the task left behind that still holds one
+        open (one that emptied its environment escapes the sweep) cannot write into the
+        next attempt's stdout or stderr.
+        """
+        try:
+            with os.scandir(sandbox) as entries:
+                found = list(itertools.islice(entries, most + 1))
+            if len(found) > most or not all(e.is_file(follow_symlinks=False) for e in found):
+                return False
+            for entry in found:
+                os.unlink(entry.path)
+            if len(self._spares) < SPARE_SANDBOXES:
+                spare = self.config.root / f".spare-{next(self._spare_ids)}"
+                os.rename(sandbox, spare)
+                self._spares.append(spare)
+            else:
+                os.rmdir(sandbox)
+        except OSError:  # anything odd: the thread's rmtree copes with it
+            return False
+        return True
 
     def _off_loop(self, work, *args) -> None:
         """Removing or moving a big sandbox (or any, on a slow disk) takes a while."""
@@ -478,22 +521,6 @@ def capture(path: Path, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> Cap
     else:  # no line to start on: start on a character (skip UTF-8 continuation bytes)
         last = last[next((i for i, b in enumerate(last[:4]) if b & 0xC0 != 0x80), 0) :]
     return Captured(start, last.decode(errors="replace"), size - len(first) - len(last))
-
-
-def _remove_if_flat(sandbox: Path, most: int = 16) -> bool:
-    """Remove ``sandbox`` here if it holds only a few plain files (often just the task's
-    stdout and stderr): handing it to a thread costs more than these unlinks."""
-    try:
-        with os.scandir(sandbox) as entries:
-            found = list(itertools.islice(entries, most + 1))
-        if len(found) > most or not all(e.is_file(follow_symlinks=False) for e in found):
-            return False
-        for entry in found:
-            os.unlink(entry.path)
-        os.rmdir(sandbox)
-    except OSError:  # anything odd: the thread's rmtree copes with it
-        return False
-    return True
 
 
 def _last_lines(path: Path, lines: int, max_bytes: int = 8192) -> str:
