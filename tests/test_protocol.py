@@ -205,6 +205,27 @@ async def test_posts_in_one_loop_turn_share_a_frame():
     assert reader.at_eof()
 
 
+async def test_a_lingering_post_waits_for_the_next_and_never_delays_an_urgent_one():
+    sink = Sink()
+    channel = Channel(asyncio.StreamReader(), sink)
+    channel.post("cancel", protocol.key_item("a", 0), within=0.05)
+    await asyncio.sleep(0.01)
+    assert not sink.data  # still waiting for company
+    channel.post("cancel", protocol.key_item("b", 0), within=0.05)  # due no later than a
+    await asyncio.sleep(0.01)
+    assert not sink.data
+    channel.post("cancel", protocol.key_item("c", 0))  # urgent: all leave now, in one frame
+    await asyncio.sleep(0)
+    reader = reader_with(bytes(sink.data))
+    assert protocol.keys(await protocol.read_message(reader)) == [("a", 0), ("b", 0), ("c", 0)]
+    assert reader.at_eof()
+    sent = len(sink.data)
+    channel.post("cancel", protocol.key_item("d", 0), within=0.02)
+    await asyncio.sleep(0.05)  # alone, it leaves when its time is up
+    reader = reader_with(bytes(sink.data[sent:]))
+    assert protocol.keys(await protocol.read_message(reader)) == [("d", 0)]
+
+
 # --- secrets ---------------------------------------------------------------------------------
 
 

@@ -216,7 +216,9 @@ class Channel:
         self.max_frame = max_frame
         self.last_received = clock.now()
         self._batches: dict[str, list[bytes]] = {}
-        self._flush_scheduled = False
+        self._flush: asyncio.Handle | None = None
+        self._flush_due = -math.inf
+        """When the scheduled flush runs; -inf: at the end of this turn of the loop."""
 
     @property
     def peer(self) -> str:
@@ -233,14 +235,26 @@ class Channel:
         if not self.writer.is_closing():
             self.writer.write(pack({"t": type_, **fields}))
 
-    def post(self, type_: str, item: list) -> None:
+    def post(self, type_: str, item: list, within: float = 0.0) -> None:
+        """Queue ``item``; it leaves at the end of this turn of the loop, or up to ``within``
+        seconds later with what is posted meanwhile (fewer, larger frames)."""
         self._batches.setdefault(type_, []).append(msgpack.packb(item, use_bin_type=True))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        loop = asyncio.get_running_loop()
+        due = loop.time() + within if within > 0 else -math.inf
+        if self._flush is not None:
+            if self._flush_due <= due:
+                return
+            self._flush.cancel()
+        self._flush_due = due
+        if within > 0:
+            self._flush = loop.call_at(due, self.flush)
+        else:
+            self._flush = loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        self._flush_scheduled = False
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
         batches, self._batches = self._batches, {}
         if self.writer.is_closing():
             return

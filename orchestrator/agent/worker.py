@@ -69,6 +69,10 @@ EXIT_REFUSED = 4
 
 RESEND_S = 60.0
 """Results sent this recently are sent again to a manager the worker registers with anew."""
+RESULT_LINGER_S = 0.002
+"""While attempts sent ahead wait here, a result waits up to this long for the next ones to
+leave with it: the manager has given this worker work, and fewer, larger frames cost both
+sides less (its loop gathers results as long)."""
 OUTSIDE_SIGNAL_GRACE_S = 1.0
 """How long an attempt killed by a signal the worker did not send waits for the worker's own
 stop: a batch system stopping a job (scancel, time limit) signals every process of it at once,
@@ -560,7 +564,8 @@ class Agent:
         if self._channel is None:
             self._unsent[(result.task_id, result.attempt)] = result
             return
-        self._channel.post("result", protocol.result_item(result))
+        linger = RESULT_LINGER_S if self.waiting else 0.0
+        self._channel.post("result", protocol.result_item(result), linger)
         now = clock.now()
         self._sent.append((now, result))
         while self._sent and self._sent[0][0] < now - RESEND_S:
