@@ -143,6 +143,56 @@ def test_a_sweep_spares_other_workers_processes(tmp_path):
         procs[theirs].wait()
 
 
+ADOPTING_WORKER = """
+import asyncio, os, sys
+from pathlib import Path
+from learners.resources import Resources
+from orchestrator.agent import lineage
+from orchestrator.agent.attempt import AttemptSpec
+from orchestrator.agent.monitor import Monitor, MonitorConfig
+from orchestrator.agent.taskrun import Runner, RunnerConfig
+
+assert lineage.adopt_orphans() and lineage.adopting()
+listed = []
+scan = lineage.Lineage.scan
+def counted_scan(self):
+    listed.append(1)
+    scan(self)
+lineage.Lineage.scan = counted_scan
+runner = Runner(RunnerConfig(root=Path(sys.argv[1])), Monitor(MonitorConfig(interval_s=0.2)))
+
+async def main():
+    for name, command in [("plain", "true"), ("orphan", sys.argv[2]), ("daemon", sys.argv[3])]:
+        listed.clear()
+        result = await runner.run(AttemptSpec(name, 1, command, Resources(1, 200, 50)))
+        print(name, result.outcome, len(listed) > 0, sorted(lineage._children()), flush=True)
+asyncio.run(main())
+"""
+
+
+def test_a_worker_adopts_what_its_tasks_leave_and_lists_proc_only_when_they_do(tmp_path):
+    """A worker adopts its tasks' orphans: a look at its children shows that a plain task
+    left nothing (no listing of /proc), an orphan that ended by itself is reaped, and a
+    setsid daemon is found below it and killed."""
+    pidfile = tmp_path / "daemon.pid"
+    orphan = "(sleep 0.1 &); sleep 0.5"  # the subshell exits: its sleep is orphaned, then ends
+    daemon = DAEMON.format(pidfile=pidfile) + " sleep 0.3"
+    worker = subprocess.run(
+        [PY, "-c", ADOPTING_WORKER, str(tmp_path / "scratch"), orphan, daemon],
+        capture_output=True,
+        text=True,
+        cwd=Path.cwd(),
+        timeout=60,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert worker.stdout.splitlines() == [
+        "plain success False []",  # nothing left: found without listing /proc
+        "orphan success False []",  # its zombie reaped; nothing else left
+        "daemon success True []",  # found below us, then swept: killed and reaped
+    ]
+    assert not alive(daemon_pid(pidfile))
+
+
 # --- declared outputs in the working directory -----------------------------------------------
 
 

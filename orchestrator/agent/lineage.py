@@ -10,7 +10,11 @@ environment escapes this; under Slurm the job's end still kills it.
 
 :class:`Lineage` remembers the tokens of the processes it has seen (an environment is read
 once per process, not once per look), so sweeping after an attempt costs a listing of
-``/proc`` and a read of each process started since the last look. :class:`Sentinel` covers the
+``/proc`` and a read of each process started since the last look. A worker also adopts its
+tasks' orphans (:func:`adopt_orphans`, Linux's child subreaper): whatever an attempt leaves
+behind, however it detached itself, then stays below the worker, and a sweep that finds no
+child of the worker carrying the attempt's token knows that nothing of it is left without
+listing ``/proc`` (a few reads instead of hundreds on a busy node). :class:`Sentinel` covers the
 worker's own death: a small process forked before the worker runs anything, in a session of
 its own, which learns of the worker's end from a pipe the kernel closes however the worker
 died (SIGKILL included), then kills every process carrying the worker's token.
@@ -19,6 +23,7 @@ died (SIGKILL included), then kills every process carrying the worker's token.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import secrets
 import select
@@ -29,6 +34,8 @@ ATTEMPT_TOKEN = "LEADTIME_ATTEMPT_TOKEN"
 WORKER_TOKEN = "LEADTIME_WORKER_TOKEN"
 _SWEEPS = 10
 """Rounds of a sweep: a process may fork while its siblings are killed."""
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 def new_token() -> str:
@@ -53,6 +60,61 @@ def _environ_tokens(pid: int) -> tuple[str | None, str | None]:
     return found.get(ATTEMPT_TOKEN.encode()), found.get(WORKER_TOKEN.encode())
 
 
+def _prctl(option: int, arg: int | ctypes.c_int) -> bool:
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return False
+    return prctl(option, arg, 0, 0, 0) == 0
+
+
+def _lists_children() -> bool:
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def adopt_orphans() -> bool:
+    """Make this process the reaper of its descendants' orphans; whether it now is.
+
+    Only a worker process should: it reaps the zombies it adopts (:meth:`Lineage.sweep`),
+    and a process that waits for children of its own elsewhere would have them reaped.
+    """
+    return _lists_children() and _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def adopting() -> bool:
+    """Whether this process adopts its descendants' orphans, and the kernel lists its
+    children."""
+    flag = ctypes.c_int(0)
+    return (
+        _lists_children()
+        and _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag))
+        and bool(flag.value)
+    )
+
+
+def _children() -> set[int]:
+    """This process's children, whichever of its threads they hang from."""
+    found: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        path = f"/proc/self/task/{tid}/children"
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:  # or it ended:
+            found.update(int(pid) for pid in f.read().split())  # ours never fork
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return False
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
 class Lineage:
     """The attempt and worker tokens of the processes on this node, read once per process.
 
@@ -63,6 +125,8 @@ class Lineage:
 
     def __init__(self) -> None:
         self._seen: dict[int, tuple[int | None, str | None, str | None]] = {}
+        self.adopting = adopting()
+        """This process adopts its tasks' orphans: a sweep looks at its children first."""
 
     def look(self, started: dict[int, int]) -> None:
         """Learn the tokens of the processes ``{pid: start time}`` (every process on the node)
@@ -90,9 +154,16 @@ class Lineage:
     def of_worker(self, token: str) -> list[int]:
         return [pid for pid, (_, _, worker) in self._seen.items() if worker == token]
 
-    def sweep(self, token: str, *, worker: bool = False) -> int:
-        """Kill every process carrying the attempt (or worker) ``token``; how many were killed."""
+    def sweep(self, token: str, *, worker: bool = False, leaders: set[int] | None = None) -> int:
+        """Kill every process carrying the attempt (or worker) ``token``; how many were killed.
+
+        ``leaders``: the leaders of the attempts still running (our children, never
+        leftovers), once the attempt's own leader is reaped: then, where we adopt orphans,
+        a look at our children can tell that nothing is left. None: list ``/proc``.
+        """
         which = 1 if worker else 0
+        if self.adopting and leaders is not None and not self._left_below(token, leaders):
+            return 0
         killed: set[int] = set()
         for _ in range(_SWEEPS):
             self.scan()
@@ -110,7 +181,21 @@ class Lineage:
             for pid in found:  # read again next round: dead by then, or a fork not yet seen
                 self._seen.pop(pid, None)
             _until_dead(found)
+        if self.adopting:
+            for pid in killed:  # those we adopted are our zombies now
+                _reap(pid)
         return len(killed)
+
+    def _left_below(self, token: str, leaders: set[int]) -> bool:
+        """Whether a child of ours, other than ``leaders``, carries the attempt ``token``: each
+        process an attempt left is one, or below one, as we adopt orphans. Reaps the zombies
+        it finds (adopted orphans that ended by themselves)."""
+        for pid in _children() - leaders:
+            if _zombie(pid):
+                _reap(pid)
+            elif _environ_tokens(pid)[0] == token:
+                return True
+        return False
 
 
 def _until_dead(pids: Iterable[int], within_ms: int = 500) -> None:

@@ -253,7 +253,10 @@ class Runner:
         """The attempt's leader is gone: so is everything it started, wherever it went."""
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.kill(cgroup)
-        strays = self.monitor.lineage.sweep(running.token)
+        leaders = _reaper().waiting
+        if running.pid in leaders:  # not reaped (we were cancelled): its own may not be ours yet
+            leaders = None
+        strays = self.monitor.lineage.sweep(running.token, leaders=leaders)
         if strays:
             log.info("killed %d process(es) an attempt left behind", strays)
 
@@ -554,6 +557,11 @@ class _Reaper:
             # A burst of exits can fill the loop's wakeup pipe; that loses nothing here
             # (every SIGCHLD checks every child), so do not warn about it.
             signal.set_wakeup_fd(signal.set_wakeup_fd(-1), warn_on_full_buffer=False)
+
+    @property
+    def waiting(self) -> set[int]:
+        """The children it waits for: leaders of attempts not yet reaped."""
+        return set(self._children)
 
     def track(self, pid: int) -> asyncio.Future:
         """A future of ``(wait status, rusage)`` for our child ``pid``."""

@@ -47,7 +47,7 @@ from backends.cores import CoreSet
 from learners.resources import PACKED, Resources
 from orchestrator.agent import protocol
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, refused
-from orchestrator.agent.lineage import Sentinel, new_token
+from orchestrator.agent.lineage import Sentinel, adopt_orphans, new_token
 from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
 from orchestrator.agent.protocol import (
     AuthError,
@@ -733,6 +733,7 @@ def command(
         raise typer.Exit(EXIT_USAGE) from None
     code = EXIT_RELEASED
     sentinel = Sentinel(options.token)  # before anything runs: no task outlives this process
+    adopt_orphans()  # what a task leaves stays below us: a look at our children finds it
     try:
         with contextlib.suppress(KeyboardInterrupt):
             code = asyncio.run(serve(options))
