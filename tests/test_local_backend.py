@@ -94,6 +94,7 @@ async def test_a_pilot_starts_at_once_and_its_workers_register(tmp_path):
         assert info.end_time > info.start_time
         assert not any(psutil.pid_exists(pid) for pid in local.backend.workers(job))
         assert "registered with the manager" in (tmp_path / "run" / "two.out").read_text()
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["two.out"]  # no roots
 
 
 async def test_memory_left_unset_is_the_machine_share_of_the_cores(tmp_path):

@@ -107,11 +107,12 @@ class _Pilot:
 class LocalBackend:
     """Pilots as worker processes on this machine, each started by ``launch``, told its
     place (:class:`~backends.base.WorkerPlace`: the pilot's job id, its share of the
-    pilot, the pilot's end, its root ``run_dir/<pilot>/<worker>``). A pilot's output goes to
-    ``run_dir/<pilot>.out``. A pilot may ask for at most the machine's cores (any number
-    with ``oversubscribe``) and its memory; one that leaves memory unset gets
-    the machine's memory per core for each of its cores. Partition, account,
-    QOS and extra sbatch options mean nothing here and are ignored.
+    pilot, the pilot's end, its root ``run_dir/<pilot>/<worker>``, removed with the pilot
+    when nothing stays in it). A pilot's output goes to ``run_dir/<pilot>.out``. A pilot
+    may ask for at most the machine's cores (any number with ``oversubscribe``) and its
+    memory; one that leaves memory unset gets the machine's memory per core for each of its
+    cores. Partition, account, QOS and extra sbatch options mean nothing here and are
+    ignored.
     """
 
     name = "local"
@@ -364,6 +365,8 @@ class LocalBackend:
         codes = await asyncio.gather(*(self._wait(p) for p in pilot.processes))
         with contextlib.suppress(OSError):
             (self.run_dir / f"{pilot.request.name}.pilot").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # its workers removed their roots, unless one stays
+            (self.run_dir / pilot.request.name).rmdir()
         state = self._final_state(pilot, codes)
         if state is JobState.FAILED:  # the reason Slurm would give, in this machine's words
             pilot.reason = pilot.start_error or f"workers exited with {list(codes)}"
