@@ -102,17 +102,12 @@ def _children() -> set[int]:
     return found
 
 
-def _zombie(pid: int) -> bool:
+def _reap(pid: int) -> bool:
+    """Reap our child ``pid`` if it has ended; whether it had (one still running is left be)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except OSError:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
         return False
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 class Lineage:
@@ -191,9 +186,7 @@ class Lineage:
         process an attempt left is one, or below one, as we adopt orphans. Reaps the zombies
         it finds (adopted orphans that ended by themselves)."""
         for pid in _children() - leaders:
-            if _zombie(pid):
-                _reap(pid)
-            elif _environ_tokens(pid)[0] == token:
+            if not _reap(pid) and _environ_tokens(pid)[0] == token:
                 return True
         return False
 

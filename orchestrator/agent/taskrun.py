@@ -253,7 +253,7 @@ class Runner:
         """The attempt's leader is gone: so is everything it started, wherever it went."""
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.kill(cgroup)
-        leaders = _reaper().waiting
+        leaders = _reaper().tracked
         if running.pid in leaders:  # not reaped (we were cancelled): its own may not be ours yet
             leaders = None
         strays = self.monitor.lineage.sweep(running.token, leaders=leaders)
@@ -559,7 +559,7 @@ class _Reaper:
             signal.set_wakeup_fd(signal.set_wakeup_fd(-1), warn_on_full_buffer=False)
 
     @property
-    def waiting(self) -> set[int]:
+    def tracked(self) -> set[int]:
         """The children it waits for: leaders of attempts not yet reaped."""
         return set(self._children)
 
