@@ -398,6 +398,22 @@ async def test_an_attempt_waiting_is_cancelled_or_lost_with_its_worker(tmp_path)
         assert await cluster.agents[0] == 0
 
 
+async def test_a_cancelled_head_of_the_queue_lets_what_fits_behind_it_start(tmp_path):
+    """As the manager's copy of the queue assumes: the worker starts what waits as soon as
+    room or the order allows it, a cancel included, not at the next attempt's end."""
+    async with Cluster(tmp_path) as cluster:
+        agent, worker = await cluster.agent(capacity=Resources(2, 1000, 1000))
+        busy = asyncio.create_task(worker.run(spec("busy", "sleep 1")))
+        big = asyncio.create_task(worker.run(spec("big", "true", Resources(2, 100, 10))))
+        small = asyncio.create_task(worker.run(spec("small", "true")))
+        await asyncio.sleep(0.2)
+        assert list(agent.waiting) == [("big", 0), ("small", 0)]
+        big.cancel()
+        assert (await asyncio.wait_for(small, 0.5)).outcome is Outcome.SUCCESS
+        assert not busy.done()
+        assert (await busy).outcome is Outcome.SUCCESS
+
+
 async def test_a_draining_worker_runs_what_waits_then_leaves(tmp_path):
     async with Cluster(tmp_path) as cluster:
         _, worker = await cluster.agent(capacity=Resources(1, 1000, 1000))

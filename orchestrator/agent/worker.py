@@ -464,6 +464,7 @@ class Agent:
                     for task_id, attempt in protocol.keys(message):
                         if self.waiting.pop((task_id, attempt), None) is None:
                             self.runner.stop(task_id, attempt, "cancelled by the manager")
+                    self._start_waiting()  # a cancelled first one no longer holds the rest
                     self._leave_if_idle()
                 elif kind == "drain":
                     self.drain("the manager asked")
