@@ -692,6 +692,7 @@ class RunState:
         if result.outcome == Outcome.SUCCESS:
             task_run.state = TaskState.DONE
             stage.done += 1
+            self.recorder.stage(stage)  # its count of tasks done, for a status of the live run
             stage.durations.add(result.peak.wall)
             self.sizer.observe(
                 Record(

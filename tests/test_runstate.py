@@ -108,6 +108,7 @@ def test_a_run_goes_from_event_to_event_to_its_end():
     state.apply(Tick(130.0))
     for launch in launches:
         state.apply(success(launch))
+    assert rows.rows["stages", ("r1", "a")]["tasks_done"] == 2  # as they end, for a live status
     (third,) = state.place()
     assert third.spec.task_id == "a.2"
     state.apply(success(third))
