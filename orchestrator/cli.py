@@ -604,7 +604,7 @@ async def _follow(store: Store, run: dict, task: str | None, rows: list[dict]) -
         _note(f"task {task} has not started yet: its attempts show here as they end")
     elif (note := tasklogs.running_note(rows)) is not None:
         _note(note)
-    ended = [r for r in rows if r["outcome"] != "running"] if task is None else []
+    ended = [r for r in rows if r["outcome"] not in runs.ON_WORKER] if task is None else []
     if ended and state is runs.RunState.RUNNING:
         _note(f"{len(ended)} attempts ended before: `leadtime logs {run['run_id']}` lists them")
     final = await tasklogs.follow(

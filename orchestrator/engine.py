@@ -245,7 +245,8 @@ class Engine:
         for worker_id, specs in state.expected.items():  # before any worker can register
             for spec in specs:
                 stage = state.stages[state.task(spec.task_id).task.stage]
-                since = min(now, state.t0 + stage.running[(spec.task_id, spec.attempt)])
+                started = stage.running.get((spec.task_id, spec.attempt), state.now)  # or waits
+                since = min(now, state.t0 + started)
                 worker = self.source.expect(worker_id, (spec.task_id, spec.attempt), since)
                 self._follow(worker, spec, since)
 

@@ -165,9 +165,10 @@ def stage_ends(
 
 
 def progress_end(stage: StageRun, now: float, slots: int) -> float | None:
-    """A running stage's end from its progress on ``slots`` (None while nothing is known)."""
+    """A running stage's end from its progress on ``slots`` (None while nothing is known);
+    attempts that wait on a worker are still to run, as the queue's tasks are."""
     elapsed = now - np.fromiter(stage.running.values(), float, len(stage.running))
-    return forecast_end(now, stage.durations, elapsed, len(stage.queue), slots)
+    return forecast_end(now, stage.durations, elapsed, len(stage.queue) + len(stage.waiting), slots)
 
 
 def expected_length(stage: StageRun) -> float:

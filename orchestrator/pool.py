@@ -5,7 +5,8 @@ its pilot serves and whether the pilot still takes work. It places a sized
 task on a worker with room, preferring the pilot of the task's stage, and
 never on a worker whose pilot ends before the task would. Asked to, it also
 places a task *ahead* on a full worker agent, which holds it until it has room:
-at most :data:`AHEAD_DEPTH` capacities' worth more than the worker runs.
+at most :data:`AHEAD_DEPTH` capacities' worth more than the worker runs; the slot's
+:class:`~orchestrator.workerqueue.WorkerQueue` tells which of its attempts run and which wait.
 
 Workers are kept by the stages their pilot serves, each group ordered by free cores, so
 that a placement looks only at workers with enough cores free, from the fullest up, and
@@ -23,6 +24,7 @@ from typing import Protocol
 
 from learners.resources import PACKED, Resources
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
+from orchestrator.workerqueue import Key, WorkerQueue
 
 AHEAD_DEPTH = 3
 """A worker that queues holds at most this many capacities' worth of attempts ahead: enough
@@ -69,6 +71,8 @@ class Slot:
     """Its entry in its group's order of room ahead (free cores plus :data:`AHEAD_DEPTH` times
     its capacity's, joined, itself); None while it takes no work, or for a worker that does not
     queue."""
+    queue: WorkerQueue | None = None
+    """Which of its attempts run and which wait, for a worker that queues."""
 
     @property
     def free_cores(self) -> float:
@@ -120,6 +124,8 @@ class Pool:
         self.leave(worker.id)
         self._largest.clear()
         slot = self._slots[worker.id] = Slot(worker, pilot_id, stages, next(self._order))
+        if worker.queues:
+            slot.queue = WorkerQueue(worker.capacity)
         if pilot_id not in self._draining:
             self._enter(slot)
 
@@ -231,17 +237,33 @@ class Pool:
             )
         return self._largest[stage]
 
-    def occupy(self, worker_id: str, allocation: Resources) -> None:
-        """Count an attempt already running on a worker that (re)joined the pool."""
-        slot = self._slots.get(worker_id)
-        if slot is not None:
-            self._take(slot, allocation)
+    def sent(self, slot: Slot, key: Key, allocation: Resources) -> bool:
+        """Attempt ``key``, placed on ``slot``, was sent; whether it starts at once (a worker
+        that does not queue runs what it is given)."""
+        return slot.queue is None or slot.queue.sent(key, allocation)
 
-    def release(self, worker_id: str, allocation: Resources) -> None:
-        """Give back what an attempt held (no-op if the worker already left)."""
+    def occupy(self, worker_id: str, key: Key, allocation: Resources, started: bool) -> list[Key]:
+        """Count attempt ``key``, already on a worker that (re)joined the pool: ``started``, or
+        waiting there; the attempts that start now (those waiting that it has room for)."""
         slot = self._slots.get(worker_id)
-        if slot is not None:
-            self._use(slot, slot.used.minus(allocation), -1)
+        if slot is None:
+            return []
+        self._take(slot, allocation)
+        if slot.queue is None:
+            return []
+        if started:
+            slot.queue.running_already(key, allocation)
+            return []
+        return [key] if slot.queue.sent(key, allocation) else []
+
+    def release(self, worker_id: str, key: Key, allocation: Resources) -> list[Key]:
+        """Give back what attempt ``key`` held; the attempts that start in its room (nothing
+        if the worker already left)."""
+        slot = self._slots.get(worker_id)
+        if slot is None:
+            return []
+        self._use(slot, slot.used.minus(allocation), -1)
+        return [] if slot.queue is None else slot.queue.ended(key)
 
     def _take(self, slot: Slot, allocation: Resources) -> None:
         self._use(slot, slot.used.plus(allocation), 1)

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from backends import clock
 from backends.base import Dependency, JobInfo, JobState, PilotRequest
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
+from orchestrator.runs import OnWorker
 from orchestrator.store import Store
+from orchestrator.workerqueue import Key
 
 if TYPE_CHECKING:
     from orchestrator.runstate import PilotRun, StageRun, TaskRun
@@ -135,21 +137,28 @@ class Recorder:
 
     # ---- tasks ----------------------------------------------------------------
 
-    def attempt_started(self, spec: AttemptSpec, worker: str, pilot_id: str, t: float) -> None:
+    def attempt_sent(self, spec: AttemptSpec, worker: str, pilot_id: str) -> None:
+        """Sent to ``worker``: waiting there until :meth:`attempt_started` (in the same
+        write, for an attempt that starts at once)."""
         self.store.stage(
             "attempts",
-            self._attempt_key(spec),
+            self._attempt_key(spec.task_id, spec.attempt),
             worker=worker,
             pilot_id=pilot_id,
             allocation=spec.allocation.as_dict(),
-            outcome="running",
-            start_t=t,
+            outcome=str(OnWorker.WAITING),
+        )
+
+    def attempt_started(self, key: Key, t: float) -> None:
+        """Started on its worker at ``t``: at once, or once the worker had room."""
+        self.store.stage(
+            "attempts", self._attempt_key(*key), outcome=str(OnWorker.RUNNING), start_t=t
         )
 
     def attempt_ended(
         self, spec: AttemptSpec, result: AttemptResult, why: str | None, t: float
     ) -> None:
-        key = self._attempt_key(spec)
+        key = self._attempt_key(spec.task_id, spec.attempt)
         self.store.stage(
             "attempts",
             key,
@@ -167,7 +176,8 @@ class Recorder:
 
     def attempt_late(self, spec: AttemptSpec, result: AttemptResult) -> None:
         """The result of an attempt given up on: recorded, never counted."""
-        self.store.stage("attempts", self._attempt_key(spec), outcome=f"late {result.outcome}")
+        key = self._attempt_key(spec.task_id, spec.attempt)
+        self.store.stage("attempts", key, outcome=f"late {result.outcome}")
 
     def task(self, task: TaskRun) -> None:
         self.store.stage(
@@ -179,8 +189,8 @@ class Recorder:
             attempts=task.attempts,
         )
 
-    def _attempt_key(self, spec: AttemptSpec) -> dict[str, Any]:
-        return {"run_id": self.run_id, "task_id": spec.task_id, "attempt": spec.attempt}
+    def _attempt_key(self, task_id: str, attempt: int) -> dict[str, Any]:
+        return {"run_id": self.run_id, "task_id": task_id, "attempt": attempt}
 
 
 def request_json(request: PilotRequest) -> dict[str, Any]:

@@ -226,11 +226,12 @@ def _table(title: str, columns: Sequence[str], left: Collection[str], caption: s
 def _stage_counts(status: Mapping[str, Any]) -> Table:
     table = _table(
         "stages",
-        ("stage", "state", "tasks", "done", "failed", "running", "attempts", "lost",
+        ("stage", "state", "tasks", "done", "failed", "running", "waiting", "attempts", "lost",
          "did not succeed"),
         {"stage", "state", "did not succeed"},
         caption=(
-            "failed: tasks that failed for good; lost: attempts whose worker went away; "
+            "failed: tasks that failed for good; waiting: attempts sent ahead to a busy worker, "
+            "which starts them as it has room; lost: attempts whose worker went away; "
             "did not succeed: attempts killed for a resource, failed or lost, retried while the "
             "task had attempts left"
         ),
@@ -239,7 +240,10 @@ def _stage_counts(status: Mapping[str, Any]) -> Table:
         table.add_row(
             s["name"],
             str(s["state"] or "-"),
-            *(str(s[k]) for k in ("tasks", "done", "failed", "running", "attempts", "lost")),
+            *(
+                str(s[k])
+                for k in ("tasks", "done", "failed", "running", "waiting", "attempts", "lost")
+            ),
             causes_text(s["did_not_succeed"]) or "-",
         )
     return table

@@ -19,13 +19,14 @@ import numpy as np
 
 from learners.metrics import Usage
 from learners.resources import PACKED, Resource
+from orchestrator.runs import ON_WORKER
 from orchestrator.store import Store
 from orchestrator.summary import PilotFigures, StageFigures, summarize
 
 StoreRow = Mapping[str, Any]
 """A row of the store, as :meth:`Store.rows` gives it."""
 
-UNFINISHED = ("success", "running")
+UNFINISHED = ("success", *ON_WORKER)
 """Outcomes of attempts that did not fail: succeeded, or not over yet."""
 
 
@@ -308,7 +309,7 @@ def category_use(record: RunRecord) -> list[CategoryUse]:
     categories = record.categories()
     found: dict[str, CategoryUse] = {}
     for a in record.attempts:
-        if a["outcome"] == "running" or a["start_t"] is None or a["end_t"] is None:
+        if a["outcome"] in ON_WORKER or a["start_t"] is None or a["end_t"] is None:
             continue
         category = categories.get(a["task_id"]) or stage_of(a["task_id"])
         found.setdefault(category, CategoryUse(category)).add(a)

@@ -37,6 +37,17 @@ class RunState(StrEnum):
     CANCELLED = "cancelled"
 
 
+class OnWorker(StrEnum):
+    """An attempt's outcome in the store while it is on its worker (then how it ended)."""
+
+    WAITING = "waiting"
+    """Sent ahead to a busy worker, which starts it once it has room."""
+    RUNNING = "running"
+
+
+ON_WORKER = tuple(OnWorker)
+
+
 @dataclass(frozen=True, slots=True)
 class Manager:
     """The process managing a run."""

@@ -33,9 +33,10 @@ from orchestrator.forecast import Durations
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
+from orchestrator.runs import ON_WORKER, OnWorker, SavedRun
 from orchestrator.runs import RunState as Status
-from orchestrator.runs import SavedRun
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
+from orchestrator.workerqueue import Key
 from workflows.spec import Allocation, Stage, Task, Workflow
 
 AHEAD_BELOW_S = 0.1
@@ -86,7 +87,10 @@ class StageRun:
     tasks: list[TaskRun]
     phase: Phase = Phase.WAITING
     queue: deque[TaskRun] = field(default_factory=deque)
-    running: dict[tuple[str, int], float] = field(default_factory=dict)
+    running: dict[Key, float] = field(default_factory=dict)
+    """Its attempts that run, and when each started."""
+    waiting: set[Key] = field(default_factory=set)
+    """Its attempts sent ahead to a busy worker, not started yet."""
     durations: Durations = field(default_factory=Durations)
     done: int = 0
     attempts: int = 0
@@ -213,8 +217,8 @@ class RunState:
         self.sent_ahead = False
         """The last :meth:`place` sent an attempt ahead: workers have work for a while."""
         self.expected: dict[str, list[AttemptSpec]] = {}
-        """Attempts of a resumed run still running on their workers, by worker id."""
-        self.expected_on: dict[tuple[str, int], str] = {}
+        """Attempts of a resumed run still on their workers, by worker id."""
+        self.expected_on: dict[Key, str] = {}
         """The pilot each of those attempts ran on."""
 
     @property
@@ -313,14 +317,17 @@ class RunState:
         task.attempts = max(task.attempts, attempt)
         stage.attempts += 1
         allocation = Resources(**row["allocation"]) if row["allocation"] else None
-        if outcome == "running" and allocation is not None and row["worker"]:
+        if outcome in ON_WORKER and allocation is not None and row["worker"]:
             task.state, task.running = TaskState.RUNNING, attempt
-            stage.running[(task.task.id, attempt)] = row["start_t"] or 0.0
+            if outcome == OnWorker.WAITING:
+                stage.waiting.add((task.task.id, attempt))
+            else:
+                stage.running[(task.task.id, attempt)] = row["start_t"] or 0.0
             spec = self._spec(task, attempt, allocation)
             self.expected.setdefault(row["worker"], []).append(spec)
             self.expected_on[(task.task.id, attempt)] = row["pilot_id"]
             return
-        if outcome == "running":  # sent to no worker: it never ran
+        if outcome in ON_WORKER:  # sent to no worker: it never ran
             task.lost.add(attempt)
             return
         if outcome == Outcome.SUCCESS and row["peak"]:
@@ -592,8 +599,12 @@ class RunState:
         pilot.workers.append(worker)
         pilot.joined += 1
         self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
-        for spec in self.expected.pop(worker.id, ()):  # attempts it kept running for us
-            self.pool.occupy(worker.id, spec.allocation)
+        kept = self.expected.pop(worker.id, [])  # attempts it kept for us: running ones first
+        kept.sort(key=lambda spec: _key(spec) in self._stage_of(spec.task_id).waiting)
+        for spec in kept:
+            key = _key(spec)
+            started = key not in self._stage_of(spec.task_id).waiting
+            self._began(self.pool.occupy(worker.id, key, spec.allocation, started))
         if pilot.released:
             self.pool.drain(pilot.pilot_id)
         return []
@@ -664,9 +675,23 @@ class RunState:
         if stage.phase == Phase.READY:
             self._set_phase(stage, Phase.RUNNING)
         spec = self._spec(task, task.attempts, task.allocation)
-        stage.running[(spec.task_id, spec.attempt)] = self.now
-        self.recorder.attempt_started(spec, slot.worker.id, slot.pilot_id, self.now)
+        key = _key(spec)
+        self.recorder.attempt_sent(spec, slot.worker.id, slot.pilot_id)
+        stage.waiting.add(key)
+        if self.pool.sent(slot, key, spec.allocation):
+            self._began([key])
         return spec
+
+    def _began(self, keys: list[Key]) -> None:
+        """Attempts ``keys`` start on their worker now (as they came, or after waiting)."""
+        for key in keys:
+            stage = self._stage_of(key[0])
+            stage.waiting.discard(key)
+            stage.running[key] = self.now
+            self.recorder.attempt_started(key, self.now)
+
+    def _stage_of(self, task_id: str) -> StageRun:
+        return self.stages[self.task(task_id).task.stage]
 
     def _spec(self, task: TaskRun, attempt: int, allocation: Resources) -> AttemptSpec:
         t = task.task
@@ -675,10 +700,13 @@ class RunState:
         )
 
     def _on_result(self, worker: Worker, spec: AttemptSpec, result: AttemptResult) -> None:
-        self.pool.release(worker.id, spec.allocation)
+        key = _key(spec)
+        started = self.pool.release(worker.id, key, spec.allocation)
         task_run = self.task(spec.task_id)
         stage = self.stages[task_run.task.stage]
-        stage.running.pop((spec.task_id, spec.attempt), None)
+        stage.running.pop(key, None)
+        stage.waiting.discard(key)
+        self._began(started)
         if task_run.running != spec.attempt:
             if spec.attempt in task_run.lost and result.outcome is not Outcome.LOST:
                 self.recorder.attempt_late(spec, result)  # given up on, then heard of
@@ -809,6 +837,10 @@ class RunState:
 
     def _abs(self, t: float | None) -> float | None:
         return None if t is None else t + self.t0
+
+
+def _key(spec: AttemptSpec) -> Key:
+    return (spec.task_id, spec.attempt)
 
 
 def _forecast_of(ends: Callable[[], dict[str, float]], stage: str) -> float | None:

@@ -27,7 +27,7 @@ from orchestrator.runrecord import (
     failure_kind,
     stage_of,
 )
-from orchestrator.runs import RunState, last_seen, state
+from orchestrator.runs import OnWorker, RunState, last_seen, state
 
 SETTINGS = ("workflow", "source", "backend", "cluster", "strategy", "sizer", "seed", "scale")
 """What the run was asked to do, from its row in the store."""
@@ -74,7 +74,7 @@ def awe(record: RunRecord) -> dict[str, float | None]:
 def _stages(record: RunRecord, recorded: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = {s["stage"]: s for s in record.stages}
     failed_tasks = Counter(t["stage"] for t in record.tasks if t["state"] == "failed")
-    running = Counter(stage_of(a["task_id"]) for a in record.attempts if a["outcome"] == "running")
+    outcomes = Counter((stage_of(a["task_id"]), a["outcome"]) for a in record.attempts)
     causes = record.failures_by_stage()
     pilots = record.pilot_figures()
     out = []
@@ -92,7 +92,8 @@ def _stages(record: RunRecord, recorded: Sequence[Mapping[str, Any]]) -> list[di
                 "state": row.get("state"),
                 "done": row.get("tasks_done") or 0,
                 "failed": failed_tasks[name],
-                "running": running[name],
+                "running": outcomes[name, OnWorker.RUNNING],
+                "waiting": outcomes[name, OnWorker.WAITING],
                 "lost": kinds.get("lost", 0),
                 "did_not_succeed": dict(kinds.most_common()),
                 "pilots": [p.pilot_id for p in mine],

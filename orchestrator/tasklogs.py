@@ -25,7 +25,7 @@ from learners.resources import RESOURCES
 from orchestrator.agent.attempt import Captured
 from orchestrator.human import duration, megabytes, number, offset
 from orchestrator.runrecord import StoreRow
-from orchestrator.runs import RunState, state
+from orchestrator.runs import ON_WORKER, OnWorker, RunState, state
 from orchestrator.store import Store
 
 FOLLOW_POLL_S = 1.0
@@ -111,7 +111,7 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
     """One attempt: how it ended and why, its allocation against its peak, where its scratch
     directory was kept, and its stdout and stderr (head, the bytes cut, tail)."""
     row, output = log.row, log.output
-    ended = row["outcome"] != "running"
+    ended = row["outcome"] not in ON_WORKER
     head = Text(f"{row['task_id']} · attempt {row['attempt']} · {row['outcome']}", style="bold")
     lines: list[RenderableType] = [head]
     where = [f"worker {row.get('worker') or '-'}", f"pilot {row.get('pilot_id') or '-'}"]
@@ -121,6 +121,14 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
     if ended and row["end_t"] is not None and row["start_t"] is not None:
         where.append(f"ended {offset(row['end_t'])} ({duration(row['end_t'] - row['start_t'])})")
     lines.append(Text("  " + " · ".join(where)))
+    if row["outcome"] == OnWorker.WAITING:
+        lines.append(
+            Text(
+                "  waiting: sent ahead to its worker, which is busy and starts it once it has "
+                "room; its output comes here when it ends (--follow waits for it)"
+            )
+        )
+        return Group(*lines)
     if not ended:
         lines.append(
             Text(
@@ -230,7 +238,7 @@ async def follow(
         ended = [
             r
             for r in await attempts(store, run_id, task_id, since=since)
-            if r["outcome"] != "running" and r["end_t"] is not None
+            if r["outcome"] not in ON_WORKER and r["end_t"] is not None
         ]
         fresh = sorted(
             (r for r in ended if (r["task_id"], r["attempt"]) not in shown),
@@ -246,17 +254,26 @@ async def follow(
 
 
 def running_note(rows: Sequence[Mapping[str, Any]]) -> str | None:
-    """What ``--follow`` says of attempts still running when it starts."""
-    running = [r for r in rows if r["outcome"] == "running"]
-    if not running:
+    """What ``--follow`` says of attempts still on their workers when it starts."""
+    out = [r for r in rows if r["outcome"] in ON_WORKER]
+    if not out:
         return None
-    if len(running) == 1:
-        r = running[0]
+    if len(out) == 1:
+        r = out[0]
+        if r["outcome"] == OnWorker.WAITING:
+            return (
+                f"{r['task_id']} attempt {r['attempt']} is waiting for room on worker "
+                f"{r.get('worker')}: its output shows here when it ends"
+            )
         return (
             f"{r['task_id']} attempt {r['attempt']} is running on worker {r.get('worker')}: "
             "its output is on that node until it ends, and shows here then"
         )
-    return (
-        f"{len(running)} attempts are running: their output is on their nodes until they end, "
-        "and shows here then"
+    waiting = sum(r["outcome"] == OnWorker.WAITING for r in out)
+    where = (
+        f"{len(out)} attempts are on their workers ({len(out) - waiting} running, {waiting} "
+        "waiting for room)"
+        if waiting
+        else f"{len(out)} attempts are running"
     )
+    return f"{where}: their output is on their nodes until they end, and shows here then"

@@ -30,7 +30,7 @@ name = "crashy"
 name = "a"
 allocation = {{ cores = 2, memory = "1G", time = "10m" }}
 [stage.tasks]
-command = "sleep 0.$(( 4 + {{index}} % 5 )) && echo a{{index}} >> ids.txt && echo > out/a{{index}}"
+command = "sleep {nap_a} && echo a{{index}} >> ids.txt && echo > out/a{{index}}"
 count = {tasks}
 cores = 1
 memory = "50M"
@@ -41,7 +41,7 @@ outputs = ["out/a{{index}}"]
 name = "b"
 allocation = {{ cores = 2, memory = "1G", time = "10m" }}
 [stage.tasks]
-command = "sleep 0.$(( 3 + {{index}} % 6 )) && echo b{{index}} >> ids.txt && echo > out/b{{index}}"
+command = "sleep {nap_b} && echo b{{index}} >> ids.txt && echo > out/b{{index}}"
 count = {tasks}
 cores = 1
 memory = "50M"
@@ -71,10 +71,15 @@ class Crash:
     extra: tuple[str, ...] = ()
     env: dict[str, str] | None = None
     """The manager's environment (a PATH with a slow sbatch in front, say)."""
+    naps: tuple[str, str] = ("0.$(( 4 + {index} % 5 ))", "0.$(( 3 + {index} % 6 ))")
+    """How long the tasks of stages a and b sleep, in seconds (a shell word)."""
 
     def __post_init__(self) -> None:
         (self.root / "out").mkdir(parents=True, exist_ok=True)
-        (self.root / "wf.toml").write_text(WORKFLOW.format(tasks=self.tasks))
+        nap_a, nap_b = self.naps
+        (self.root / "wf.toml").write_text(
+            WORKFLOW.format(tasks=self.tasks, nap_a=nap_a, nap_b=nap_b)
+        )
         self.db = self.root / "store.db"
         self.manager: subprocess.Popen | None = None
         self.run_id: str | None = None

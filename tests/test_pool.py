@@ -15,22 +15,22 @@ TASK = Resources(cores=1, memory=100, disk=10)
 def test_a_pilot_is_busy_exactly_while_one_of_its_workers_runs_an_attempt(ops):
     pool = Pool()
     pilots = ("p0", "p1")
-    placed: list[str] = []  # the worker of each attempt running
+    placed: list[tuple[str, tuple[str, int]]] = []  # each attempt running: its worker, key
     for op, n in ops:
         worker_id = f"w{n}"
         if op == "j":  # joins (again: afresh, as a restarted worker)
             pool.join(Node(worker_id, pilots[n % 2]), pilots[n % 2], frozenset({"s"}))
-            placed = [w for w in placed if w != worker_id]
+            placed = [p for p in placed if p[0] != worker_id]
         elif op == "p" and (slot := pool.place("s", TASK, 0.0)) is not None:
-            placed.append(slot.worker.id)
+            placed.append((slot.worker.id, ("s.0", len(placed))))
         elif op == "l":  # leaves with its attempts
             pool.leave(worker_id)
-            placed = [w for w in placed if w != worker_id]
-        elif op == "r" and worker_id in placed:
-            pool.release(worker_id, TASK)
-            placed.remove(worker_id)
+            placed = [p for p in placed if p[0] != worker_id]
+        elif op == "r" and (mine := [p for p in placed if p[0] == worker_id]):
+            pool.release(worker_id, mine[0][1], TASK)
+            placed.remove(mine[0])
         running = {p: 0 for p in pilots}
-        for w in placed:
+        for w, _ in placed:
             running[pilots[int(w[1:]) % 2]] += 1
         assert {p: pool.busy(p) for p in pilots} == {p: running[p] > 0 for p in pilots}
 
@@ -73,7 +73,7 @@ def test_placement_takes_the_fullest_worker_with_room_of_the_stage_s_own_pilots_
             draining.add(pilot)
         elif op == "r" and placed:
             worker_id, size = placed.pop(k % len(placed))
-            pool.release(worker_id, size)
+            pool.release(worker_id, ("a.0", k), size)
             node, stages, used = joined[worker_id]
             joined[worker_id] = (node, stages, used.minus(size))
         elif op == "p":

@@ -38,10 +38,13 @@ def done_tasks(db) -> set[str]:
     return {task.replace(".", "") for task, state in rows if json.loads(state) == "done"}
 
 
-def running_attempts(db) -> list[tuple[str, int]]:
-    with sqlite3.connect(db) as con:
+def attempts(db, outcome: str) -> list[tuple[str, int]]:
+    """The attempts whose outcome in the store is ``outcome`` (none while there is no store)."""
+    if not db.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
         rows = con.execute("SELECT task_id, attempt, outcome FROM attempts").fetchall()
-    return [(task, attempt) for task, attempt, outcome in rows if outcome == "running"]
+    return [(task, attempt) for task, attempt, said in rows if said == outcome]
 
 
 def live_pilots(db) -> set[str]:
@@ -70,6 +73,28 @@ def test_a_killed_managers_run_resumes_and_completes_every_task_once(tmp_path, p
     assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
 
 
+def test_a_run_killed_while_attempts_wait_on_busy_workers_resumes_and_completes_each_once(
+    tmp_path,
+):
+    """Short tasks are sent ahead to busy workers, where they wait for room: the store says so,
+    and a resumed run takes them up, running or waiting, with each task completed once."""
+    crash = Crash(tmp_path, "local", tasks=150, naps=("0.0$(( {index} % 4 ))",) * 2)
+    crash.start()
+    waiting = crash.wait_for(lambda c: len(attempts(c.db, "waiting")) >= 2)
+    assert waiting, crash.manager.stderr.read()
+    crash.kill()
+    time.sleep(0.5)  # the workers notice their manager is gone, and keep their tasks
+    summary = crash.resume()
+    assert summary["status"] == "done", summary["error"]
+    assert sorted(crash.ids()) == crash.expected_ids()
+    assert (tmp_path / "total").read_text().strip() == str(2 * crash.tasks)
+    assert attempts(crash.db, "waiting") == attempts(crash.db, "running") == []
+    with contextlib.closing(sqlite3.connect(crash.db)) as con:
+        times = con.execute("SELECT start_t, end_t FROM attempts WHERE outcome='success'")
+        assert all(start is not None and start <= end for start, end in times)
+    assert crash.leftovers() == []
+
+
 def test_the_attempts_of_a_pilot_that_ended_while_the_run_had_no_manager_run_again_at_once(
     tmp_path,
 ):
@@ -77,9 +102,9 @@ def test_the_attempts_of_a_pilot_that_ended_while_the_run_had_no_manager_run_aga
     come back, so resume does not wait for them (``reattach_s``) to run its attempts again."""
     crash = Crash(tmp_path, "local")
     crash.start()
-    assert crash.wait_for(lambda c: c.done("a") >= 2 and running_attempts(c.db))
+    assert crash.wait_for(lambda c: c.done("a") >= 2 and attempts(c.db, "running"))
     crash.kill()
-    running = running_attempts(crash.db)
+    running = attempts(crash.db, "running")
     for record in (tmp_path / ".leadtime" / crash.run_id).glob("*.pilot"):
         for pid, _ in json.loads(record.read_text())["workers"]:
             os.kill(pid, signal.SIGKILL)  # the job's end: its tasks go with their worker
@@ -118,7 +143,7 @@ def test_an_interrupted_run_resumes_without_redoing_what_finished(tmp_path):
     assert crash.manager.returncode == 130
     assert "interrupted" in crash.status()
     assert live_pilots(crash.db) == set()  # Ctrl-C released them
-    assert running_attempts(crash.db) == []  # each recorded as it ended: resume waits for none
+    assert attempts(crash.db, "running") == []  # each recorded as it ended: resume waits for none
     assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
     finished = done_tasks(crash.db)
     assert finished

@@ -204,3 +204,28 @@ def test_short_tasks_are_sent_ahead_to_full_workers_that_queue_and_long_ones_are
         state.apply(ended(first[0], wall))
         assert len(state.place()) == 1 + ahead
         assert state.sent_ahead == (ahead > 0)
+
+
+def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
+    """The record calls running only what the worker runs: an attempt sent ahead waits, with
+    no start, until a result frees its room, and starts then."""
+    state, rows = new_state(MANY)
+    state.start()
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7", queues=True)))
+    first = state.place()
+    state.apply(Tick(110.0))
+    state.apply(ended(first[0], 0.01))
+    sent = state.place()  # one into the room, the others ahead
+    attempts = {key[1][1]: fields for key, fields in rows.rows.items() if key[0] == "attempts"}
+    record = [attempts[launch.spec.task_id] for launch in sent]
+    assert [a["outcome"] for a in record] == ["running"] + ["waiting"] * 2 * AHEAD_DEPTH
+    assert record[0]["start_t"] == 10.0 and all("start_t" not in a for a in record[1:])
+    stage = state.stages["a"]
+    assert len(stage.running) == 2 and len(stage.waiting) == 2 * AHEAD_DEPTH
+
+    state.apply(Tick(112.0))
+    state.apply(ended(first[1], 0.01))  # a core frees: the first sent ahead starts
+    assert (record[1]["outcome"], record[1]["start_t"]) == ("running", 12.0)
+    assert [a["outcome"] for a in record[2:]] == ["waiting"] * (2 * AHEAD_DEPTH - 1)
+    assert len(stage.running) == 2 and len(stage.waiting) == 2 * AHEAD_DEPTH - 1

@@ -133,8 +133,8 @@ def test_status_shows_the_run_its_stages_pilots_and_what_did_not_succeed(demo):
     lines = text.splitlines()
     for s in shown["stages"]:
         counts = next(line.split() for line in lines if line.split()[:2] == [s["name"], "done"])
-        assert counts[2:8] == [str(s[k]) for k in ("tasks", "done", "failed", "running",
-                                                    "attempts", "lost")]  # fmt: skip
+        assert counts[2:9] == [str(s[k]) for k in ("tasks", "done", "failed", "running",
+                                                    "waiting", "attempts", "lost")]  # fmt: skip
         assert offset(s["ready_s"]) in text
     for p in shown["pilots"]:
         row = next(line for line in lines if line.split()[:2] == [p["pilot_id"], p["job_id"]])
@@ -161,17 +161,20 @@ def test_status_of_a_run_still_going_says_whether_its_manager_lives(tmp_path, al
             await store.put("runs", key, workflow="w", backend="local", strategy="asa",
                             sizer="select", seed=0, status="running", created=created,
                             manager=manager.as_json(), heartbeat=created + 60)  # fmt: skip
-            await store.put("stages", {**key, "stage": "a"}, state="running", tasks_total=2,
+            await store.put("stages", {**key, "stage": "a"}, state="running", tasks_total=3,
                             tasks_done=1, ready_t=0.0, start_t=5.0)  # fmt: skip
             await store.put("attempts", {**key, "task_id": "a.0", "attempt": 1},
                             outcome="running", start_t=5.0)  # fmt: skip
+            await store.put("attempts", {**key, "task_id": "a.1", "attempt": 1},
+                            outcome="waiting")  # sent ahead to a busy worker  # fmt: skip
 
     clock.run(main(), virtual=False)
     shown = json.loads(status(db, "r1", "--json").output)
     assert shown["state"] == ("running" if alive else "manager gone")
     assert shown["last_seen"] == created + 60 and not shown["figures_recorded"]
-    assert shown["stages"][0]["running"] == 1
+    assert shown["stages"][0]["running"] == shown["stages"][0]["waiting"] == 1
     text = " ".join(status(db, "r1").output.split())
+    assert "a running 3 1 0 1 1 2 0" in text  # tasks, done, failed, running, waiting, attempts
     if alive:
         assert f"running (manager: process {os.getpid()} on {manager.host}" in text
     else:

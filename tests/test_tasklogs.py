@@ -248,6 +248,24 @@ def test_a_kill_that_saw_no_more_than_the_allocation_says_it_reached_it():
     assert "killed: memory reached its allocation of 1.07 GB" in console.export_text()
 
 
+def test_an_attempt_sent_ahead_to_a_busy_worker_shows_as_waiting_not_running():
+    waiting = {"task_id": "a.3", "attempt": 1, "outcome": "waiting", "worker": "w1",
+               "pilot_id": "a-0", "start_t": None, "end_t": None}  # fmt: skip
+    running = {**waiting, "task_id": "a.1", "outcome": "running", "start_t": 1.0}
+    console = Console(width=200, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(waiting, None), "local"))
+    text = console.export_text()
+    assert "a.3 · attempt 1 · waiting" in text and "started -" in text
+    assert "which is busy and starts it once it has room" in text and "running:" not in text
+    assert tasklogs.running_note([waiting]) == (
+        "a.3 attempt 1 is waiting for room on worker w1: its output shows here when it ends"
+    )
+    note = tasklogs.running_note([running, waiting, {**running, "task_id": "a.2"}])
+    assert note is not None and note.startswith(
+        "3 attempts are on their workers (2 running, 1 waiting for room): "
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
