@@ -431,8 +431,14 @@ def _fit_words(submit: Submit) -> list[str]:
     return [] if submit.fit is None else [submit.fit]
 
 
+NO_QUEUE = "no queue"
+"""The prediction of a wait where pilots do not queue: 0, known."""
+
+
 def _wait_words(wait: float, prediction: Any) -> str:
-    """The wait a stage is planned with, in words: learned, or the prior's guess."""
+    """The wait a stage is planned with, in words: learned, the prior's guess, or none."""
+    if prediction == NO_QUEUE:
+        return "no queue here (a pilot starts when submitted)"
     if isinstance(prediction, Prediction) and prediction.observations == 0:
         return f"no wait learned yet for its geometry here (planning with {duration(wait)})"
     return f"predicted wait {duration(wait)}"

@@ -43,7 +43,7 @@ from orchestrator.simulate import SimulatedWorkers, task_truths
 from orchestrator.sizing_state import SizingState, stage_share
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
-from orchestrator.waits import DEFAULT_POLICY, QueueWaits
+from orchestrator.waits import DEFAULT_POLICY, NoQueue, QueueWaits
 from workflows.spec import Task, Workflow, loads
 
 YOUNG_COLLECTION = 50_000
@@ -335,14 +335,16 @@ async def _execute(
         )
 
     cluster = config.learner_scope or await backend.cluster_name()
-    waits = await QueueWaits.load(
-        store,
-        cluster,
-        policy=config.policy,
-        seed=config.seed,
-        key=config.learn_by,
-        estimate=config.estimate(),
-    )
+    waits: QueueWaits | NoQueue = NoQueue()
+    if backend.queued:
+        waits = await QueueWaits.load(
+            store,
+            cluster,
+            policy=config.policy,
+            seed=config.seed,
+            key=config.learn_by,
+            estimate=config.estimate(),
+        )
     planner = planner or make_planner(
         config.strategy,
         predict=waits.predict,

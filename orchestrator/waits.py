@@ -32,6 +32,7 @@ from learners.queue_wait import (
     Prediction,
     QueueWaitLearner,
 )
+from orchestrator.planner import NO_QUEUE
 from orchestrator.store import Store
 from workflows.spec import Allocation
 
@@ -43,6 +44,29 @@ DEFAULT_POLICY = "tuned"
 def geometry(allocation: Allocation) -> Geometry:
     """The learner's key of an allocation: its cores, node count and partition."""
     return Geometry(cores=allocation.cores, nodes=allocation.nodes, partition=allocation.partition)
+
+
+class NoQueue:
+    """The waits where pilots do not queue (local processes): each pilot starts when it is
+    submitted or when its dependency is met, so every wait is 0, known, and nothing is
+    learned. It stands in for :class:`QueueWaits`."""
+
+    def predict(self, allocation: Allocation) -> tuple[float, str]:
+        return 0.0, NO_QUEUE
+
+    def law(self, allocation: Allocation) -> list[tuple[float, float]]:
+        return [(0.0, 1.0)]
+
+    def outlook(self, allocation: Allocation) -> float:
+        return 0.0
+
+    def observe_wait(
+        self, allocation: Allocation, prediction: Any, wait: float, planned: float | None = None
+    ) -> None:
+        """Nothing to learn, and no prediction to score: the wait seen is the pilot's start."""
+
+    async def save(self, store: Store) -> None:
+        """Nothing learned, nothing to save."""
 
 
 @dataclass

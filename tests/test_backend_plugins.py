@@ -38,6 +38,7 @@ class Instant:
 
     name = "instant"
     simulated = True
+    queued = False
     true_wait = None
     node_count = 1
 

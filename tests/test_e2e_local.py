@@ -1,10 +1,12 @@
 """Whole runs on the local backend: real workflows of real processes, end to end."""
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -251,6 +253,10 @@ def test_leadtime_run_backend_local(tmp_path):
     assert out.read_text().split() == ["0", "1", "2"]
     run_dir = tmp_path / "work" / ".leadtime" / summary["run_id"]
     assert len(list(run_dir.glob("*.out"))) == 2  # one log per pilot
+    with contextlib.closing(sqlite3.connect(tmp_path / "db")) as db:  # no queue: no wait to learn
+        learned = db.execute("SELECT name FROM learners WHERE name LIKE 'queue_wait/%'")
+        assert learned.fetchall() == []
+        assert db.execute("SELECT predicted_wait FROM pilots").fetchall() == [(0.0,), (0.0,)]
     refused = subprocess.run(
         [*run, "--bind", "10.9.9.9"],
         capture_output=True,

@@ -75,6 +75,7 @@ def request(name="p", cores=1, time=60.0, **kw):
 async def test_a_pilot_starts_at_once_and_its_workers_register(tmp_path):
     async with Local(tmp_path) as local:
         start = clock.now()
+        assert not local.backend.queued and await local.backend.expected_wait(request("x")) == 0
         job = await local.backend.submit(request("two", cores=2, nodes=2, memory_mb=3000))
         info = await local.state(job, JobState.RUNNING)
         assert info.submit_time == info.eligible_time == info.start_time

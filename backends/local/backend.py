@@ -117,6 +117,7 @@ class LocalBackend:
 
     name = "local"
     simulated = False
+    queued = False
     true_wait = None
     node_count = 1
 
@@ -171,7 +172,7 @@ class LocalBackend:
             raise SubmitError(f"time limit must be positive, not {request.time_limit_s}", "time")
 
     async def expected_wait(self, request: PilotRequest) -> float | None:
-        return None  # no queue: a pilot starts once its dependency is satisfied
+        return 0.0  # no queue: a pilot starts when submitted (once its dependency is met)
 
     async def submit(self, request: PilotRequest) -> str:
         if self._closed:

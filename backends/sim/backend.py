@@ -47,6 +47,7 @@ class MockSlurm:
 
     name = "mock"
     simulated = True
+    queued = True
 
     def __init__(
         self,

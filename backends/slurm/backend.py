@@ -122,6 +122,7 @@ class SlurmBackend:
 
     name = "slurm"
     simulated = False
+    queued = True
     true_wait = None
     node_count = None
 
