@@ -317,6 +317,22 @@ WaitPredictor = Callable[[Allocation], tuple[float, Any]]
 
 
 @dataclass
+class PlannedMoments:
+    """Which planned moments are worth saying: the first, and one that moved by more than a
+    minute and a quarter of the time that was left until it. A plan follows a forecast that
+    moves with every result; said on every pass, it would bury the decisions."""
+
+    said: dict[str, float] = field(default_factory=dict)
+
+    def worth_saying(self, subject: str, at: float, now: float) -> bool:
+        before = self.said.get(subject)
+        if before is not None and abs(at - before) <= max(60.0, 0.25 * (before - now)):
+            return False
+        self.said[subject] = at
+        return True
+
+
+@dataclass
 class Asa(_StageAllocations):
     """Proactive submission at forecast_end(after) - predicted_wait (ASA, Souza et al.).
 
@@ -333,6 +349,7 @@ class Asa(_StageAllocations):
     name: str = "asa"
     fit: AutoFit | None = None
     _predictions: dict[str, tuple[float, Any]] = field(default_factory=dict)
+    _said: PlannedMoments = field(default_factory=lambda: PlannedMoments())
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
@@ -373,7 +390,7 @@ class Asa(_StageAllocations):
             notes += _fit_words(submit)
             self._predictions.pop(view.name, None)
         for name, at in due.items():
-            if now < at - DUE:
+            if now < at - DUE and self._said.worth_saying(name, at, now):
                 wait, prediction = self._prediction(stages[name], now)
                 notes.append(
                     f"stage {name}: {_wait_words(wait, prediction)}, submitting at {offset(at)}"

@@ -11,11 +11,12 @@ from orchestrator.planner import (
     PerStage,
     Phase,
     PilotView,
+    PlannedMoments,
     StageView,
     Submit,
     big_allocation,
 )
-from orchestrator.waits import quantile
+from orchestrator.waits import NoQueue, quantile
 from workflows.spec import Allocation
 
 A28 = Allocation(cores=28, time_limit_s=3600)
@@ -84,6 +85,22 @@ def test_a_wait_nothing_was_learned_of_is_said_to_be_the_priors(seen):
             "stage s1: no wait learned yet for its geometry here (planning with 13 h 53 min), "
             "submitting now after s0-0"
         )
+
+
+def test_a_planned_submission_is_said_once_and_again_only_when_it_moved_much():
+    """A forecast moves with every result: the plan is said the first time, and again when it
+    moved by more than a minute and a quarter of the time left until it."""
+    asa = Asa(NoQueue().predict)
+    pilots = [PilotView("s0-0", ("s0",), True, True)]
+    said = []
+    for now, end in ((0.0, 1000.0), (10.0, 1030.0), (20.0, 1050.0), (30.0, 1400.0), (40.0, 1420.0)):
+        plan = asa.decide(now, chain(Phase.RUNNING, Phase.WAITING, ends=[end, end + 100]), pilots)
+        said += [n for n in plan.notes if n.startswith("stage s1")]
+    assert said == [
+        "stage s1: no queue here (a pilot starts when submitted), submitting at t+16 min 40 s",
+        "stage s1: no queue here (a pilot starts when submitted), submitting at t+23 min 20 s",
+    ]
+    assert PlannedMoments().worth_saying("x", 10.0, 0.0)
 
 
 def test_a_stage_is_pulled_forward_by_the_stages_after_it():
