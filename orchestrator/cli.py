@@ -97,13 +97,16 @@ Scale = Annotated[
 ]
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``message`` on one line and exit with ``code``.
+def fail(message: str, code: int = 2, quoted: Sequence[str] = ()) -> NoReturn:
+    """Print ``message`` on one line, then the ``quoted`` lines (a task's output) indented,
+    and exit with ``code``.
 
     The message may quote the user's text: it is printed literally, never read as markup,
     and control characters come out escaped, so a file cannot drive the terminal.
     """
     err.print(Text.assemble(("error:", "bold red"), " ", _printable(message)), soft_wrap=True)
+    for line in quoted:
+        err.print(Text("  " + _printable(line)), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -317,7 +320,8 @@ def _report(summary: RunSummary, json_: bool) -> None:
     else:
         out.print(run_table(summary))
     if summary.status != "done":
-        fail(f"run {summary.run_id} {summary.status}: {summary.error}", code=1)
+        first, *quoted = (summary.error or "").splitlines() or [""]
+        fail(f"run {summary.run_id} {summary.status}: {first}", code=1, quoted=quoted)
 
 
 Start = Callable[[Store, Observer | None], Awaitable[RunSummary]]

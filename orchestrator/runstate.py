@@ -30,6 +30,7 @@ from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, caus
 from orchestrator.breaker import Breaker
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.forecast import Durations
+from orchestrator.human import count
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
@@ -743,11 +744,8 @@ class RunState:
             task_run.failures += 1
             if task_run.failures >= task_run.task.max_attempts:
                 tail = f": {result.output_tail.strip()}" if result.output_tail else ""
-                self._fail(
-                    stage,
-                    task_run,
-                    f"failed {task_run.failures} times (exit code {result.exit_code}){tail}",
-                )
+                failed = count(task_run.failures, "time")
+                self._fail(stage, task_run, f"failed {failed} (exit code {result.exit_code}){tail}")
             else:
                 task_run.allocation = spec.allocation
                 self._requeue(stage, task_run)

@@ -220,6 +220,34 @@ def test_a_failing_task_fails_its_stage_after_max_attempts(tmp_path):
     assert all(p.state == "COMPLETED" for p in summary.pilots)
 
 
+def test_a_failed_run_quotes_its_task_s_output_a_line_each_and_escaped(tmp_path):
+    (tmp_path / "wf.toml").write_text(
+        textwrap.dedent(
+            r"""
+            name = "broken"
+            [[stage]]
+            name = "bad"
+            allocation = { cores = 1, time = "5m" }
+            [stage.tasks]
+            command = '''echo working; printf 'oops\033[2J\n' >&2; exit 3'''
+            max_attempts = 1
+            count = 1
+            """
+        )
+    )
+    done = subprocess.run(
+        [*LEADTIME, "run", str(tmp_path / "wf.toml"), "--backend", "local", "--quiet",
+         "--db", str(tmp_path / "db")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()[-4:]
+    assert lines[0].startswith("error: run ") and lines[0].endswith(
+        "failed: task bad.0: failed 1 time (exit code 3): [stdout]"
+    )
+    assert lines[1:] == ["  working", "  [stderr]", "  oops\\x1b[2J"]  # escaped: inert
+
+
 def test_leadtime_run_backend_local(tmp_path):
     out = tmp_path / "out"
     (tmp_path / "wf.toml").write_text(
