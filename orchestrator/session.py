@@ -88,8 +88,8 @@ class RunConfig:
     """elastic's lambda: the seconds of makespan a core-hour is worth."""
     learner_scope: str | None = None
     """Whose queue waits the learner learns and uses: by default the cluster's (its name on
-    Slurm, this host locally, the simulated cluster and its load); a name shares one
-    learner between clusters deliberately."""
+    Slurm, the simulated cluster and its load; a local run has no queue and learns none); a
+    name shares one learner between clusters deliberately."""
     workdir: Path | None = None
     """Where tasks run and their relative paths lead (default: the workflow's ``workdir``,
     that is its file's directory). The run's own files (pilot output, the secret, kept

@@ -3,11 +3,11 @@ every observation.
 
 Every workflow run against the same store on the same cluster shares the learner, as the ASA
 paper (Souza et al.) keeps Algorithm 1's state across runs: what one run saw of the queue
-serves the next. Waits seen on one cluster (a simulated one, this machine, a Slurm cluster)
-say nothing of another's, so each cluster has its own; a *scope* named by the user may share
-one deliberately. Runs sharing a store at the same time never lose each other's updates: an
-observation is saved by reading the stored state, applying it, and writing the result in one
-transaction.
+serves the next. Waits seen on one cluster (a simulated one, a Slurm cluster) say nothing of
+another's, so each cluster has its own; a *scope* named by the user may share one
+deliberately; where nothing queues (local processes), :class:`NoQueue` stands in. Runs
+sharing a store at the same time never lose each other's updates: an observation is saved by
+reading the stored state, applying it, and writing the result in one transaction.
 
 The learner draws a prediction from its distribution (Algorithm 1's action,
 scored when the wait is seen). The planner may plan with that draw, or with a

@@ -162,28 +162,32 @@ def test_runs_sharing_a_store_at_once_lose_no_learner_update(tmp_path):
     assert observed == len(waits) >= 8
 
 
-def test_each_cluster_learns_its_own_waits(tmp_path):
-    """A simulated run's waits do not steer a local run; a scope shares one deliberately."""
+def test_each_cluster_learns_its_own_waits_and_a_local_run_none(tmp_path):
+    """Waits seen on one simulated cluster do not steer a run on another; a local run, where
+    nothing queues, learns none."""
     db = tmp_path / "store.db"
     workflow = loads(
         'name = "tiny"\n[[stage]]\nname = "a"\nallocation = { cores = 1, time = "5m" }\n'
         'tasks = { command = "true", count = 1, cores = 1, memory = "20M", disk = "1M" }\n'
     )
-    run_simulated(workflow, RunConfig(strategy="asa", backend=MockOptions(load=0.9)), db)
+    for busy in (0.9, 0.7):
+        run_simulated(workflow, RunConfig(strategy="asa", backend=MockOptions(load=busy)), db)
     local = RunConfig(strategy="asa", backend=LocalOptions(), workdir=tmp_path)
 
     async def main():
         async with await Store.open(db) as store:
             await execute(workflow, local, store)
             names = list(await store.learners("queue_wait/"))
-            runs = {r["backend"]: r["cluster"] for r in await store.rows("runs")}
-            mine = await QueueWaits.load(store, runs["local"])
-            return names, runs, mine.learner
+            runs = [(r["backend"], r["cluster"]) for r in await store.rows("runs")]
+            simulated = [c for b, c in runs if b == "mock"]
+            learners = [(await QueueWaits.load(store, c)).learner for c in simulated]
+            return names, runs, simulated, learners
 
-    names, runs, learner = clock.run(main(), virtual=False)
-    assert runs["local"].startswith("local:") and runs["mock"].startswith("simulated:")
-    assert sorted(names) == sorted(store_name(c, GEOMETRY_FIELDS) for c in runs.values())
-    observed = sum(learner.stats(g).observations for g in learner.geometries())
-    assert observed == 1  # the local pilot's wait only
+    names, runs, simulated, learners = clock.run(main(), virtual=False)
+    assert len(set(simulated)) == 2 and all(c.startswith("simulated:") for c in simulated)
+    assert [b for b, c in runs if c.startswith("local:")] == ["local"]
+    assert sorted(names) == sorted(store_name(c, GEOMETRY_FIELDS) for c in simulated)
+    for learner in learners:  # each its own run's one pilot wait
+        assert sum(learner.stats(g).observations for g in learner.geometries()) == 1
     shown = CliRunner().invoke(app, ["learner", "show", "--db", str(db)])
-    assert runs["local"] in shown.output and runs["mock"] in shown.output
+    assert all(c in shown.output for c in simulated) and "local:" not in shown.output
