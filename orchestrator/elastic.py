@@ -42,6 +42,7 @@ from orchestrator.planner import (
     Phase,
     PilotView,
     Plan,
+    PlannedMoments,
     Release,
     StageView,
     Submit,
@@ -181,6 +182,7 @@ class Elastic:
     node: Resources
     cost: float = DEFAULT_COST
     name: str = "elastic"
+    _said: PlannedMoments = field(default_factory=PlannedMoments)
     fit = None
     """Automatic allocations keep their fallback: units are planned from the run's width."""
 
@@ -236,14 +238,18 @@ class Elastic:
             # The widest first: in a FIFO queue a narrow unit must not take a core of the hole
             # the wide one waits for.
             cuts = split(have, width, profile.levels(t), int(self.node.cores))
-            for cores in sorted(cuts, reverse=True):
+            for i, cores in enumerate(sorted(cuts, reverse=True)):
                 allocation = self._unit(cores, serves, limit)
                 ahead = lead(self.law(allocation), self._k(cores))
                 due = t - ahead
                 needed = f"{count(cores, 'core')} needed at {offset(t)}"
                 if due > now + DUE:
                     wake.append(due)
-                    notes.append(f"{needed}: submitting at {offset(due)} ({duration(ahead)} ahead)")
+                    subject = f"the unit {i} of {cores} cores above {planned + have}"
+                    if self._said.worth_saying(subject, due, now):
+                        notes.append(
+                            f"{needed}: submitting at {offset(due)} ({duration(ahead)} ahead)"
+                        )
                     continue
                 _, prediction = self.predict(allocation)
                 actions.append(

@@ -349,7 +349,7 @@ class Asa(_StageAllocations):
     name: str = "asa"
     fit: AutoFit | None = None
     _predictions: dict[str, tuple[float, Any]] = field(default_factory=dict)
-    _said: PlannedMoments = field(default_factory=lambda: PlannedMoments())
+    _said: PlannedMoments = field(default_factory=PlannedMoments)
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]

@@ -87,6 +87,18 @@ def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency
     assert now.allocation.memory_mb == 8000  # the narrow stages' memory
     # The 27 cores the second stage adds are due 600 s before it starts.
     assert plan.wake_at == pytest.approx(1300.0 - 600.0)
+    elastic = planner(wait=600.0)
+    said = [
+        [n for n in elastic.decide(t, chain(
+            (NARROW, Phase.READY, 1, end), (WIDE, Phase.WAITING, 28, end + 1200),
+            (NARROW, Phase.WAITING, 1, None)), []).notes if "27 cores" in n]
+        for t, end in ((0.0, 1300.0), (10.0, 1320.0), (20.0, 2000.0))
+    ]  # fmt: skip
+    assert said == [  # said once, again only when its moment moved much
+        ["27 cores needed at t+21 min 40 s: submitting at t+11 min 40 s (10 min ahead)"],
+        [],
+        ["27 cores needed at t+33 min 20 s: submitting at t+23 min 20 s (10 min ahead)"],
+    ]
     later = planner(wait=600.0).decide(700.0, stages, [unit("u0", 1, allocation=NARROW)])
     (added,) = of(Submit, later)
     assert added.allocation.cores == 27 and added.after == ()
