@@ -124,6 +124,8 @@ class WaitFrom(enum.Enum):
     """Read off the waits learned of other widths: this one was never tried."""
     SCHEDULER = "scheduler"
     """The scheduler expects it to start now."""
+    UNWEIGHED = "unweighed"
+    """No width was weighed (no run time known yet): the fallback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,9 @@ class Fit:
             else count(self.cores, "core")
             + (f" ({self.nodes} nodes' worth)" if self.nodes > 1 else "")
         )
-        if self.wait_s is None:
+        if self.wait_from is WaitFrom.UNWEIGHED:
+            wait = ""
+        elif self.wait_s is None:
             wait = "no wait learned"
         elif self.wait_from is WaitFrom.SCHEDULER:
             wait = "starts now, as the scheduler foresees"
@@ -161,10 +165,8 @@ class Fit:
             wait = f"predicted wait {duration(self.wait_s)}"
         else:
             wait = f"wait {duration(self.wait_s)} by other widths' (never tried)"
-        return (
-            f"stage {stage} fit: {shape}, {duration(self.time_limit_s)}, {wait}, "
-            f"because {self.because}"
-        )
+        said = ", ".join(w for w in (shape, duration(self.time_limit_s), wait) if w)
+        return f"stage {stage} fit: {said}, because {self.because}"
 
 
 def demand(
@@ -385,7 +387,7 @@ def fallback(demand: Demand, node: Node, bounds: Allocation) -> Fit:
     slots = min(shape.per_node, shape.most_slots(bounds))
     limit = bounds.max_time_s if bounds.max_time_s is not None else FALLBACK_TIME_S
     why = f"no run time known yet (first run, no wall declared): one node, {duration(limit)}"
-    return shape.fit(slots, limit, None, why, demand)
+    return shape.fit(slots, limit, None, why, demand, wait_from=WaitFrom.UNWEIGHED)
 
 
 def fitted(allocation: Allocation, fit: Fit) -> Allocation:

@@ -44,6 +44,10 @@ def test_nothing_known_falls_back_to_one_node_capped_by_the_tasks():
     fit = choose(Demand(tasks=10), NODE, AUTO, nothing_learned)
     assert (fit.cores, fit.nodes, fit.time_limit_s) == (10, 1, FALLBACK_TIME_S)
     assert "no run time known" in fit.because
+    assert fit.words("s") == (  # no width weighed: no wait to speak of
+        "stage s fit: 10 cores, 1 h, because no run time known yet (first run, no wall "
+        "declared): one node, 1 h"
+    )
     many = choose(Demand(tasks=500), NODE, Allocation(1, auto=True, max_time_s=7200), lambda *a: 5)
     assert (many.cores, many.time_limit_s) == (28, 7200)
 
