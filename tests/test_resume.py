@@ -39,11 +39,17 @@ def done_tasks(db) -> set[str]:
 
 
 def attempts(db, outcome: str) -> list[tuple[str, int]]:
-    """The attempts whose outcome in the store is ``outcome`` (none while there is no store)."""
+    """The attempts whose outcome in the store is ``outcome`` (none while the manager has not
+    made its store yet)."""
     if not db.exists():
         return []
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
-        rows = con.execute("SELECT task_id, attempt, outcome FROM attempts").fetchall()
+        try:
+            rows = con.execute("SELECT task_id, attempt, outcome FROM attempts").fetchall()
+        except sqlite3.OperationalError as e:
+            if "no such table" not in str(e):
+                raise
+            return []
     return [(task, attempt) for task, attempt, said in rows if said == outcome]
 
 
