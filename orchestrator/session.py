@@ -14,7 +14,7 @@ import signal
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,13 @@ class RunConfig:
 
     def options(self) -> EngineOptions:
         return EngineOptions(self.strategy, self.sizer, self.seed, self.scale)
+
+    def learner_flags(self) -> list[str]:
+        """The queue-wait learner's options given otherwise than by default, as flags."""
+        flags = {"policy": "--policy", "learn_by": "--learn-by", "wait_estimate": "--wait-estimate",
+                 "learner_scope": "--learner-scope"}  # fmt: skip
+        default = {f.name: f.default for f in fields(self)}
+        return [flag for name, flag in flags.items() if getattr(self, name) != default[name]]
 
     def estimate(self) -> float | None:
         """The quantile the planner plans with (None: the learner's own draw)."""
@@ -379,6 +386,8 @@ async def _execute(
             "cluster": cluster,
         },
     )
+    if not backend.queued and (ignored := config.learner_flags()):
+        engine.state.note(f"{', '.join(ignored)}: no queue here, so no wait is learned or used")
     if isinstance(workers, RemoteWorkers):
         workers.attach(engine.post)
     if saved is not None:

@@ -285,6 +285,13 @@ def test_leadtime_run_backend_local(tmp_path):
         learned = db.execute("SELECT name FROM learners WHERE name LIKE 'queue_wait/%'")
         assert learned.fetchall() == []
         assert db.execute("SELECT predicted_wait FROM pilots").fetchall() == [(0.0,), (0.0,)]
+    scoped = subprocess.run(
+        [*run, "--workdir", str(tmp_path / "work"), "--learner-scope", "x", "--policy", "greedy"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert scoped.returncode == 0, scoped.stderr
+    said = "--policy, --learner-scope: no queue here, so no wait is learned or used"
+    assert said in scoped.stdout
     refused = subprocess.run(
         [*run, "--bind", "10.9.9.9"],
         capture_output=True,
