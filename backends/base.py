@@ -169,11 +169,11 @@ class BatchBackend(Protocol):
 
     name: str
     simulated: bool
+    """Its workers come with their pilots, on virtual time (else they connect to a manager)."""
     queued: bool
     """Pilots wait in a batch queue (Slurm, the simulated cluster). Without one (local
     processes) a pilot starts when submitted or when its dependency is met: every wait is 0,
     known, and there is none to learn."""
-    """Its workers come with their pilots, on virtual time (else they connect to a manager)."""
     true_wait: Callable[[Allocation], float] | None
     """The wait a pilot of an allocation submitted now would have, where the backend knows it
     (the simulated cluster's what-if replay, which the oracle plans with); else None."""
