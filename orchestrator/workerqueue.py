@@ -1,10 +1,11 @@
 """The manager's copy of a worker agent's queue: which attempts sent to it run, which wait.
 
 A worker agent starts the attempts it is sent in the order they came, while the first fits
-what is free (``Agent._start_waiting``). It does not say when an attempt sent ahead starts: a
-message per task is what sending ahead saves. The manager replays the same rule on what it
-sends and on the results it hears, which the worker's one connection carries in the order
-they happened, and so knows which attempts run. It hears of room later than the worker has
+what is free (:func:`~orchestrator.agent.attempt.first_come`). It does not say when an
+attempt sent ahead starts: a message per task is what sending ahead saves. The manager
+replays the same rule, the same function, on what it sends and on the results it hears,
+which the worker's one connection carries in the order they happened, and so knows which
+attempts run. It hears of room later than the worker has
 it, so it may hold an attempt waiting that has just started, until the result that made the
 room arrives; it never holds one running that still waits.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from learners.resources import Resources
+from orchestrator.agent.attempt import first_come
 
 Key = tuple[str, int]
 """An attempt: (task id, attempt number)."""
@@ -54,12 +56,7 @@ class WorkerQueue:
         return self._start()
 
     def _start(self) -> list[Key]:
-        started = []
-        for key, allocation in self.waiting.items():
-            if not allocation.fits_in(self.free):
-                break
-            self.free = self.free.minus(allocation)
-            started.append(key)
+        started, self.free = first_come(self.waiting.items(), self.free)
         for key in started:
             self.running[key] = self.waiting.pop(key)
         return started

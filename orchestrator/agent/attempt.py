@@ -7,6 +7,7 @@ are in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -92,6 +93,21 @@ class AttemptResult:
             "node": self.node,
             "sandbox": self.sandbox or None,
         }
+
+
+def first_come(
+    waiting: Iterable[tuple[tuple[str, int], Resources]], free: Resources
+) -> tuple[list[tuple[str, int]], Resources]:
+    """Which of the attempts ``waiting`` on a worker start now, and what is free after them:
+    they start in the order they came, while the first fits what is ``free``. The worker
+    agent starts its attempts so; the manager replays it (:mod:`orchestrator.workerqueue`)."""
+    started = []
+    for key, allocation in waiting:
+        if not allocation.fits_in(free):
+            break
+        free = free.minus(allocation)
+        started.append(key)
+    return started, free
 
 
 def refused(spec: AttemptSpec, why: str) -> AttemptResult:

@@ -46,7 +46,7 @@ from backends.base import NodeShare, WorkerLaunch, WorkerPlace
 from backends.cores import CoreSet
 from learners.resources import PACKED, Resources
 from orchestrator.agent import protocol
-from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, refused
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, first_come, refused
 from orchestrator.agent.lineage import Sentinel, adopt_orphans, new_token
 from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, MonitorConfig
 from orchestrator.agent.protocol import (
@@ -515,14 +515,11 @@ class Agent:
 
     def _start_waiting(self) -> None:
         """Start the attempts sent ahead, in the order they came, while the first fits."""
-        while self.waiting:
-            key, spec = next(iter(self.waiting.items()))
-            allocation = spec.allocation
-            if not allocation.fits_in(self.free):
-                return
-            del self.waiting[key]
-            self.free = self.free.minus(allocation)
-            cpus = self.cores.take(allocation.cores)
+        waiting = ((key, spec.allocation) for key, spec in self.waiting.items())
+        started, self.free = first_come(waiting, self.free)
+        for key in started:
+            spec = self.waiting.pop(key)
+            cpus = self.cores.take(spec.allocation.cores)
             self.attempts[key] = asyncio.create_task(self._run(spec, cpus))
 
     async def _run(self, spec: AttemptSpec, cpus: frozenset[int] | None) -> None:
