@@ -244,10 +244,10 @@ class Engine:
         now = clock.now()
         for worker_id, specs in state.expected.items():  # before any worker can register
             for spec in specs:
-                stage = state.stages[state.task(spec.task_id).task.stage]
-                started = stage.running.get((spec.task_id, spec.attempt), state.now)  # or waits
+                stage = state.stage_of(spec.task_id)
+                started = stage.running.get(spec.key, state.now)  # or waits
                 since = min(now, state.t0 + started)
-                worker = self.source.expect(worker_id, (spec.task_id, spec.attempt), since)
+                worker = self.source.expect(worker_id, spec.key, since)
                 self._follow(worker, spec, since)
 
     def summary(self) -> RunSummary:
@@ -461,12 +461,12 @@ class Engine:
         self._report(worker, spec, worker.run(spec))
 
     def _follow(self, worker: Any, spec: AttemptSpec, since: float) -> None:
-        self._report(worker, spec, worker.follow((spec.task_id, spec.attempt), since))
+        self._report(worker, spec, worker.follow(spec.key, since))
 
     def _report(self, worker: Any, spec: AttemptSpec, result: Awaitable[AttemptResult]) -> None:
         """Post the attempt's end when its worker tells it."""
         future = asyncio.ensure_future(result)  # a future (simulated workers) stays itself
-        key = (spec.task_id, spec.attempt)
+        key = spec.key
         self._unanswered[key] = (worker, spec)
 
         def ended(done: asyncio.Future[AttemptResult]) -> None:
@@ -480,8 +480,8 @@ class Engine:
     def _given_up(self, worker: Any, spec: AttemptSpec, why: str) -> None:
         """Record attempt ``spec`` lost, ``why`` its worker cannot tell how it ended."""
         self._tick()
-        stage = self.state.stages[self.state.task(spec.task_id).task.stage]
-        since = stage.running.get((spec.task_id, spec.attempt), self.state.now)
+        stage = self.state.stage_of(spec.task_id)
+        since = stage.running.get(spec.key, self.state.now)
         ended = lost(spec.task_id, spec.attempt, self.state.now - since, why)
         self._effects(self.state.apply(AttemptEnded(worker, spec, ended)))
 

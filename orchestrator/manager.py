@@ -100,7 +100,7 @@ class RemoteWorker:
         Raises ValueError for a spec the worker would refuse as malformed (which
         would cost the whole connection) or one already running here.
         """
-        key = (spec.task_id, spec.attempt)
+        key = spec.key
         if key in self._pending:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id} is already on {self.id}")
         try:

@@ -601,10 +601,10 @@ class RunState:
         pilot.joined += 1
         self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
         kept = self.expected.pop(worker.id, [])  # attempts it kept for us: running ones first
-        kept.sort(key=lambda spec: _key(spec) in self._stage_of(spec.task_id).waiting)
+        kept.sort(key=lambda spec: spec.key in self.stage_of(spec.task_id).waiting)
         for spec in kept:
-            key = _key(spec)
-            started = key not in self._stage_of(spec.task_id).waiting
+            key = spec.key
+            started = key not in self.stage_of(spec.task_id).waiting
             self._began(self.pool.occupy(worker.id, key, spec.allocation, started))
         if pilot.released:
             self.pool.drain(pilot.pilot_id)
@@ -676,7 +676,7 @@ class RunState:
         if stage.phase == Phase.READY:
             self._set_phase(stage, Phase.RUNNING)
         spec = self._spec(task, task.attempts, task.allocation)
-        key = _key(spec)
+        key = spec.key
         self.recorder.attempt_sent(spec, slot.worker.id, slot.pilot_id)
         stage.waiting.add(key)
         if self.pool.sent(slot, key, spec.allocation):
@@ -686,12 +686,13 @@ class RunState:
     def _began(self, keys: list[Key]) -> None:
         """Attempts ``keys`` start on their worker now (as they came, or after waiting)."""
         for key in keys:
-            stage = self._stage_of(key[0])
+            stage = self.stage_of(key[0])
             stage.waiting.discard(key)
             stage.running[key] = self.now
             self.recorder.attempt_started(key, self.now)
 
-    def _stage_of(self, task_id: str) -> StageRun:
+    def stage_of(self, task_id: str) -> StageRun:
+        """The stage of task ``task_id``."""
         return self.stages[self.task(task_id).task.stage]
 
     def _spec(self, task: TaskRun, attempt: int, allocation: Resources) -> AttemptSpec:
@@ -701,7 +702,7 @@ class RunState:
         )
 
     def _on_result(self, worker: Worker, spec: AttemptSpec, result: AttemptResult) -> None:
-        key = _key(spec)
+        key = spec.key
         started = self.pool.release(worker.id, key, spec.allocation)
         task_run = self.task(spec.task_id)
         stage = self.stages[task_run.task.stage]
@@ -835,10 +836,6 @@ class RunState:
 
     def _abs(self, t: float | None) -> float | None:
         return None if t is None else t + self.t0
-
-
-def _key(spec: AttemptSpec) -> Key:
-    return (spec.task_id, spec.attempt)
 
 
 def _forecast_of(ends: Callable[[], dict[str, float]], stage: str) -> float | None:

@@ -161,7 +161,7 @@ class SimWorker:
             sample_interval_s=None if series is None else series.interval,
         )
         loop = asyncio.get_running_loop()
-        key = (spec.task_id, spec.attempt)
+        key = spec.key
         now = clock.now()
         running = _Running(
             loop.create_future(), loop.call_at(now + end.duration, self._finish, key, result), now

@@ -40,6 +40,11 @@ class AttemptSpec:
     outputs: tuple[str, ...] = ()
     """Paths or glob patterns, relative to ``workdir``, that the attempt must create."""
 
+    @property
+    def key(self) -> tuple[str, int]:
+        """The attempt, as both sides name it: (task id, attempt number)."""
+        return (self.task_id, self.attempt)
+
 
 @dataclass(frozen=True, slots=True)
 class Captured:

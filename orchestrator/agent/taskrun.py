@@ -160,11 +160,11 @@ class Runner:
 
     def sandbox(self, spec: AttemptSpec) -> Path:
         """The attempt's scratch directory."""
-        return self.config.root / sandbox_name(spec.task_id, spec.attempt)
+        return self.config.root / sandbox_name(*spec.key)
 
     async def run(self, spec: AttemptSpec, cpus: frozenset[int] | None = None) -> AttemptResult:
         """Run ``spec`` to its end, pinned to ``cpus`` (or the worker's own cores)."""
-        key = (spec.task_id, spec.attempt)
+        key = spec.key
         if key in self._running:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id} is already running")
         sandbox = self.sandbox(spec)

@@ -500,7 +500,7 @@ class Agent:
     # --- attempts ---------------------------------------------------------------------------
 
     def _start(self, spec: AttemptSpec) -> None:
-        key = (spec.task_id, spec.attempt)
+        key = spec.key
         if key in self.attempts or key in self.waiting:
             log.error("attempt %d of %s is already here; ignored", spec.attempt, spec.task_id)
             return
@@ -533,7 +533,7 @@ class Agent:
         finally:
             self.free = self.free.plus(spec.allocation)
             self.cores.give(cpus, spec.allocation.cores)
-            del self.attempts[(spec.task_id, spec.attempt)]
+            del self.attempts[spec.key]
         self._report(result)
         self._start_waiting()
         self._leave_if_idle()
