@@ -3,8 +3,9 @@
 On a terminal, a rich live view of stages, pilots and the planner's last decisions; the engine
 calls it after each of its passes and it redraws at most ``max_hz`` times per *real* second,
 so a simulated day of events costs a handful of redraws, not one per event. It shows each
-stage's progress, its attempts killed (by resource), failed and lost, and the size its tasks get
-now from the sizer; each pilot's predicted wait against the real one (so far, while it queues).
+stage's progress, its attempts running and those waiting on a busy worker, its attempts killed
+(by resource), failed and lost, and the size its tasks get now from the sizer; each pilot's
+predicted wait against the real one (so far, while it queues).
 Elsewhere (a pipe, a file, a batch job's output), a log: each decision once, as a line, when it
 is taken, and a stage's attempts that did not succeed, by cause, at a bounded rate.
 """
@@ -50,10 +51,12 @@ def render(engine: Engine) -> Group:
         (offset(engine.now()), "bold"),
         f" · run {engine.run_id}",
     )
-    stages = Table(title="stages", title_justify="left", expand=True, box=None)
-    for column in ("stage", "state", "tasks", "", "killed", "failed", "lost", "ready", "start",
-                   "end"):  # fmt: skip
-        right = column in ("failed", "lost", "ready", "start", "end")
+    stages = Table(
+        title="stages", title_justify="left", expand=True, box=None, collapse_padding=True
+    )
+    for column in ("stage", "state", "tasks", "", "running", "waiting", "killed", "failed", "lost",
+                   "ready", "start", "end"):  # fmt: skip
+        right = column not in ("stage", "state", "tasks", "", "killed")
         stages.add_column(column, justify="right" if right else "left", no_wrap=True)
     sizes = Table(title="tasks sized now", title_justify="left", box=None)
     for column in ("stage", *RESOURCES):
@@ -64,7 +67,9 @@ def render(engine: Engine) -> Group:
             name,
             Text(str(s.phase), style=PHASE_STYLE[str(s.phase)]),
             f"{s.done}/{total}",
-            ProgressBar(total=max(total, 1), completed=s.done, width=16),
+            ProgressBar(total=max(total, 1), completed=s.done, width=10),
+            _count(len(s.running)),
+            _count(len(s.waiting)),
             Text(killed(s.causes), style="yellow"),
             _count(s.causes["failed"]),
             _count(s.causes["lost"]),

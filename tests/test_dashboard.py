@@ -62,6 +62,8 @@ def frames():
             "wait": pilot.info.wait,
             "predicted": pilot.predicted_wait,
             "hit": pilot.hit,
+            "running": len(simulate.running),
+            "waiting": len(simulate.waiting),
         }
         kept.append((console.export_text(), facts))
 
@@ -72,6 +74,14 @@ def frames():
 
 def row(frame: str, first: str) -> str:
     return next(line for line in frame.splitlines() if line.split()[:1] == [first])
+
+
+def cell(frame: str, first: str, column: str) -> str:
+    """The right-justified ``column``'s cell in the row that starts with ``first``: what stands
+    under the column's name."""
+    header = next(line for line in frame.splitlines() if f" {column} " in f" {line} ")
+    end = f" {header} ".index(f" {column} ") + len(column)
+    return row(frame, first)[:end].rsplit(" ", 1)[-1]
 
 
 def test_a_queued_pilot_shows_its_predicted_wait_and_how_long_it_has_waited_so_far(frames):
@@ -99,6 +109,14 @@ def test_a_stage_shows_its_kills_by_resource_and_the_size_its_tasks_get_now(fram
     assert row(sized, "simulate").split() == ["simulate", "1", *megabytes(size.memory).split(),
                                               *megabytes(size.disk).split(), "-"]  # fmt: skip
     assert "fetch" not in sized  # done: its tasks get no size now
+
+
+def test_a_stage_shows_its_attempts_running_and_waiting_on_a_busy_worker(frames):
+    frame, facts = frames[1]
+    assert facts["running"] > 0
+    assert cell(frame, "simulate", "running") == str(facts["running"])
+    assert cell(frame, "simulate", "waiting") == (str(facts["waiting"]) if facts["waiting"] else "")
+    assert cell(frame, "fetch", "running") == cell(frame, "fetch", "waiting") == ""  # done
 
 
 def test_killed_counts_only_kills_by_resource():
