@@ -116,7 +116,7 @@ class SavedRun:
             runs[0],
             await store.rows("stages", where),
             await store.rows("tasks", where),
-            await store.rows("attempts", where, order="attempt"),
+            await store.rows("attempts", where, order="rowid"),  # as sent: a worker's order
             await store.rows("pilots", where, order="submit_t"),
             await store.rows("waits", where),
         )

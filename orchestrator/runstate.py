@@ -600,7 +600,9 @@ class RunState:
         pilot.workers.append(worker)
         pilot.joined += 1
         self.pool.join(worker, pilot.pilot_id, frozenset(pilot.stages))
-        kept = self.expected.pop(worker.id, [])  # attempts it kept for us: running ones first
+        # What it kept for us, as it holds them: those running, then those waiting in the
+        # order they were sent (as the store reads them back), which it starts first come.
+        kept = self.expected.pop(worker.id, [])
         kept.sort(key=lambda spec: spec.key in self.stage_of(spec.task_id).waiting)
         for spec in kept:
             key = spec.key

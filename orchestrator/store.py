@@ -277,7 +277,7 @@ class Store:
         since: Mapping[str, float] | None = None,
     ) -> list[dict[str, Any]]:
         """Rows of ``table`` matching ``where`` (equality) and ``since`` (column >= value),
-        decoded."""
+        decoded, ordered by the column ``order`` (``"rowid"``: as each row was first written)."""
         keys, cols = TABLES[table]
         where = where or {}
         since = since or {}
@@ -288,7 +288,7 @@ class Store:
         if tests:
             sql += " WHERE " + " AND ".join(tests)
         if order:
-            if order.removesuffix(" DESC") not in (*keys, *cols):
+            if order.removesuffix(" DESC") not in ("rowid", *keys, *cols):
                 raise ValueError(f"bad order column for {table}: {order}")
             sql += f" ORDER BY {order}"
         if table in self._absent:

@@ -211,3 +211,34 @@ def test_a_run_on_the_simulated_cluster_is_not_resumed(tmp_path, cli):
     done = cli("resume", "sim")
     assert done.exit_code == 2, done.output
     assert "run sim ran on the simulated cluster, which lived in its manager" in done.output
+
+
+def test_a_resumed_run_reads_a_workers_attempts_in_the_order_they_were_sent():
+    """The worker starts what waits first come, first served: the resumed manager's copy of
+    its queue must hold the same order, which is not the order of the task ids."""
+    from learners.resources import Resources
+    from orchestrator.agent.attempt import AttemptSpec
+    from orchestrator.recorder import Recorder
+    from orchestrator.runs import SavedRun
+
+    def spec(task_id: str, attempt: int = 1) -> AttemptSpec:
+        return AttemptSpec(task_id, attempt, "true", Resources(1, 10, 10, 60))
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            store.stage("runs", {"run_id": "r"}, status="running")
+            recorder = Recorder(store, "r", simulated=False)
+            recorder.attempt_sent(spec("t-9"), "w", "p")
+            recorder.attempt_started(("t-9", 1), 5.0)
+            recorder.attempt_sent(spec("t-2", 2), "w", "p")
+            await store.flush()
+            for task_id in ("t-10", "t-11", "t-1"):
+                recorder.attempt_sent(spec(task_id), "w", "p")  # ahead: waiting
+            recorder.attempt_started(("t-2", 2), 6.0)  # a later change keeps a row's place
+            await store.flush()
+            return await SavedRun.load(store, "r")
+
+    saved = clock.run(main(), virtual=False)
+    sent = ["t-9", "t-2", "t-10", "t-11", "t-1"]
+    assert [a["task_id"] for a in saved.attempts] == sent
+    assert [a["outcome"] for a in saved.attempts] == ["running"] * 2 + ["waiting"] * 3
