@@ -1044,6 +1044,24 @@ def test_glob_items_are_sorted_paths_beside_the_file(tmp_path):
     )
 
 
+def test_a_glob_over_files_an_earlier_stage_writes_is_refused_with_what_to_write_instead(
+    tmp_path,
+):
+    path = tmp_path / "wf.toml"
+    path.write_text(
+        'name = "g"\n[[stage]]\nname = "gen"\nallocation = { cores = 1 }\n'
+        'tasks = { command = "make-part {index} > parts/{index}.txt", count = 4 }\n'
+        '[[stage]]\nname = "use"\nallocation = { cores = 1 }\n'
+        'tasks = { command = "use {item}", items = { glob = "parts/*.txt" } }\n'
+    )
+    with pytest.raises(SpecError) as e:
+        load(path)
+    assert f"'parts/*.txt' matches nothing in {tmp_path} (a glob is expanded when" in str(e.value)
+    assert "before any stage runs: for files an earlier stage writes, give count or range" in str(
+        e.value
+    )
+
+
 def test_trace_path_is_relative_to_the_file(tmp_path):
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "t.csv").write_text(

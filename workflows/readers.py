@@ -172,7 +172,12 @@ def read_glob(raw: Any, ctx: Context, root: Path | None = None) -> tuple[str, ..
     except globs.GlobError as e:
         raise Invalid(str(e), at=("glob",)) from None
     if not matches:
-        raise Invalid(f"{quantity.shown(raw)} matches nothing in {where}", at=("glob",))
+        raise Invalid(
+            f"{quantity.shown(raw)} matches nothing in {where} (a glob is expanded when the "
+            "file is read, before any stage runs: for files an earlier stage writes, give "
+            "count or range and write their names in the command)",
+            at=("glob",),
+        )
     return tuple(matches)
 
 
