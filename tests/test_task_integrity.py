@@ -245,6 +245,31 @@ async def test_a_stale_output_is_removed_before_an_attempt(runner, tmp_path):
     assert (tmp_path / "out.txt").read_text() == "new\n"
 
 
+async def test_the_directories_leading_to_declared_outputs_are_made_before_an_attempt(
+    runner, tmp_path
+):
+    outputs = ("parts/7/a.txt", "hits/*/b.txt", "tables/**", "plain.txt")
+    result = await runner.run(attempt(tmp_path, "echo 7 > parts/7/a.txt", outputs))
+    assert not (tmp_path / "parts" / "7" / "a.txt").exists()  # 3 of 4 missing: removed
+    assert "did not create its declared output 'hits/*/b.txt'" in result.output_tail
+    assert (tmp_path / "parts" / "7").is_dir() and (tmp_path / "hits").is_dir()
+    assert not (tmp_path / "tables").exists()  # 'tables/**' matches tables itself: not made
+
+    result = await runner.run(attempt(tmp_path, "echo 7 > parts/7/a.txt", outputs[:1], n=2))
+    assert result.outcome is Outcome.SUCCESS, result.output_tail
+    assert (tmp_path / "parts" / "7" / "a.txt").read_text() == "7\n"
+
+
+async def test_no_directory_is_made_through_a_link_leading_out(runner, tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / "link").symlink_to(outside)
+    result = await runner.run(attempt(work, "true", ("link/sub/x.txt",)))
+    assert result.outcome is Outcome.FAILED
+    assert list(outside.iterdir()) == []
+
+
 async def test_outputs_count_against_the_tasks_disk(runner, tmp_path):
     write = f"{PY} -c \"open('big', 'wb').write(b'x' * 30 * 2**20)\"; sleep 30"
     spec = AttemptSpec("t", 1, write, Resources(1, 200, 20), "", str(tmp_path), ("big",))

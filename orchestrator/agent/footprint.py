@@ -6,13 +6,16 @@ glob patterns relative to the working directory). An attempt succeeds only if ea
 matches something when its command exits 0, and what they match is removed before an attempt
 starts and after one that did not succeed: a later stage never reads an output half-written
 by a failed, killed or lost attempt, nor a stale one from an earlier run taken for this one.
-Nothing outside the working directory is ever matched (the workflow file's checks refuse such
-patterns; a symbolic link leading out is not followed).
+The directories leading to them are made before an attempt starts (``proj/``), as a command
+writing ``> proj/tile7.fits`` expects. Nothing outside the working directory is ever matched
+or made (the workflow file's checks refuse such patterns; a symbolic link leading out is not
+followed).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -59,6 +62,28 @@ def size(workdir: Path, patterns: Sequence[str]) -> int:
         with contextlib.suppress(OSError):
             total += directory_size(path) if path.is_dir() else path.lstat().st_size
     return total
+
+
+def prepare(workdir: Path, patterns: Sequence[str]) -> None:
+    """Before an attempt: remove what ``patterns`` match, and make the directories leading to
+    them, as far as their names are plain (never what a pattern itself matches)."""
+    remove(workdir, patterns)
+    root = workdir.resolve()
+    for pattern in patterns:
+        parts = Path(pattern).parts
+        own = 2 if parts[-1] == "**" else 1  # "d/**" matches d itself: d is an output
+        directory = workdir
+        for part in itertools.takewhile(_plain, parts[:-own]):
+            directory = directory / part
+            if not directory.is_dir():
+                with contextlib.suppress(OSError):  # a file there: the attempt will say
+                    directory.mkdir()
+            if not _inside(directory / "x", root):  # a link leading out: go no further
+                break
+
+
+def _plain(part: str) -> bool:
+    return not any(c in part for c in "*?[")
 
 
 def remove(workdir: Path, patterns: Sequence[str]) -> None:

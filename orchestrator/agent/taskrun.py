@@ -173,7 +173,7 @@ class Runner:
         if not workdir.is_dir():
             self._clean(sandbox, None, success=False)
             return refused(spec, f"no working directory {workdir} on this node")
-        footprint.remove(workdir, spec.outputs)  # stale or half-written: not this attempt's
+        footprint.prepare(workdir, spec.outputs)  # stale or half-written ones: not this one's
         cgroup = self.cgroups.create(sandbox.name, spec.allocation.memory) if self.cgroups else None
         token = new_token()
         spawner_rss = high_water_rss()
