@@ -143,6 +143,22 @@ def test_a_sweep_spares_other_workers_processes(tmp_path):
         procs[theirs].wait()
 
 
+def test_a_sweep_finds_a_process_whose_pid_was_read_before_as_another_process():
+    """Pids wrap (at 32,768 by default): a pid read once may name another process by the
+    time of the sweep, one that carries the token."""
+    token = lineage.new_token()
+    proc = subprocess.Popen(["sleep", "300"], env={**os.environ, lineage.WORKER_TOKEN: token})
+    try:
+        seen = lineage.Lineage()
+        seen.scan()
+        seen._seen[proc.pid] = (None, None, None)  # as read when the pid was someone else's
+        assert seen.sweep(token, worker=True) == 1
+        assert proc.wait(5) == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 ADOPTING_WORKER = """
 import asyncio, os, sys
 from pathlib import Path

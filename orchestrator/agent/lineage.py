@@ -8,13 +8,14 @@ is that attempt's, or that worker's, wherever it went (the way TaskVine's resour
 follows a task's processes, without its library preloading). A process that empties its
 environment escapes this; under Slurm the job's end still kills it.
 
-:class:`Lineage` remembers the tokens of the processes it has seen (an environment is read
-once per process, not once per look), so sweeping after an attempt costs a listing of
-``/proc`` and a read of each process started since the last look. A worker also adopts its
-tasks' orphans (:func:`adopt_orphans`, Linux's child subreaper): whatever an attempt leaves
-behind, however it detached itself, then stays below the worker, and a sweep that finds no
-child of the worker carrying the attempt's token knows that nothing of it is left without
-listing ``/proc`` (a few reads instead of hundreds on a busy node). :class:`Sentinel` covers the
+:class:`Lineage` remembers the tokens of the processes the monitor looks at (an environment
+is read once per process, known by its pid and start time). A sweep reads every process's
+afresh: a pid read before may be another process's by now (pids wrap at 32,768 by default),
+and a process missed is one left running. A worker also adopts its tasks' orphans
+(:func:`adopt_orphans`, Linux's child subreaper): whatever an attempt leaves behind, however it
+detached itself, then stays below the worker, and a sweep that finds no child of the worker
+carrying the attempt's token knows that nothing of it is left without listing ``/proc`` (a
+few reads instead of hundreds on a busy node). :class:`Sentinel` covers the
 worker's own death: a small process forked before the worker runs anything, in a session of
 its own, which learns of the worker's end from a pipe the kernel closes however the worker
 died (SIGKILL included), then kills every process carrying the worker's token.
@@ -136,12 +137,10 @@ class Lineage:
                 self._seen[pid] = (start, *known[1:])
 
     def scan(self) -> None:
-        """Look at every process on the node now (reading only those not seen before)."""
-        pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
-        for pid in self._seen.keys() - pids:
-            del self._seen[pid]
-        for pid in pids - self._seen.keys():
-            self._seen[pid] = (None, *_environ_tokens(pid))
+        """Read every process on the node now, those seen before too (their pids may have
+        been reused meanwhile)."""
+        pids = (int(name) for name in os.listdir("/proc") if name.isdigit())
+        self._seen = {pid: (None, *_environ_tokens(pid)) for pid in pids}
 
     def of_attempt(self, token: str) -> list[int]:
         return [pid for pid, (_, attempt, _) in self._seen.items() if attempt == token]
