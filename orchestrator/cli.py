@@ -51,6 +51,7 @@ from orchestrator.session import (
     collect_less,
     execute,
     last_unfinished,
+    new_run_id,
 )
 from orchestrator.session import cancel as cancel_run
 from orchestrator.session import resume as resume_run
@@ -329,15 +330,19 @@ Start = Callable[[Store, Observer | None], Awaitable[RunSummary]]
 
 
 def _run(workflow: Workflow, config: RunConfig, db: Path | None, *, dashboard: bool):
+    run_id = new_run_id()
     return _start(
-        lambda store, view: execute(workflow, config, store, observer=view),
+        lambda store, view: execute(workflow, config, store, observer=view, run_id=run_id),
+        run_id,
         db,
         real=not config.backend.workers.simulated,
         dashboard=dashboard,
     )
 
 
-def _start(start: Start, db: Path | None, *, real: bool, dashboard: bool) -> RunSummary:
+def _start(
+    start: Start, run_id: str, db: Path | None, *, real: bool, dashboard: bool
+) -> RunSummary:
     new_store = db != Path(":memory:") and not (db or default_path()).exists()
 
     async def main():
@@ -358,7 +363,11 @@ def _start(start: Start, db: Path | None, *, real: bool, dashboard: bool) -> Run
     except ResumeError as e:
         fail(str(e))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        fail("interrupted: the run's pilots were released (resume it with leadtime resume)", 130)
+        fail(
+            f"run {run_id} interrupted: its pilots were released (leadtime resume {run_id} "
+            "takes it up where it stopped)",
+            130,
+        )
     except (Refused, SetupError) as e:
         if new_store:  # a run refused before it started leaves no store behind
             _remove_store(db or default_path())
@@ -387,6 +396,7 @@ def _unfinished(workflow: Workflow, db: Path | None) -> str | None:
 def _resume(run_id: str, db: Path | None, *, dashboard: bool) -> RunSummary:
     return _start(
         lambda store, view: resume_run(store, run_id, observer=view),
+        run_id,
         db,
         real=True,
         dashboard=dashboard,

@@ -74,7 +74,9 @@ class Manager:
         """Whether this manager still runs (see the module's rule)."""
         if self.host == socket.gethostname():
             try:
-                return abs(psutil.Process(self.pid).create_time() - self.started) < 1.0
+                process = psutil.Process(self.pid)
+                same = abs(process.create_time() - self.started) < 1.0
+                return same and process.status() != psutil.STATUS_ZOMBIE  # ended, not reaped
             except psutil.Error:
                 return False
         return heartbeat is not None and clock.wall() - heartbeat < SILENT_S

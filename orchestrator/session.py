@@ -142,6 +142,11 @@ def largest_worker(workers: Iterable[Resources]) -> Resources:
     return Resources(*(max(w[r] for w in found) for r in ("cores", "memory", "disk")))
 
 
+def new_run_id() -> str:
+    """A new run's id: twelve hex digits, unique in any store."""
+    return uuid.uuid4().hex[:12]
+
+
 async def execute(
     workflow: Workflow,
     config: RunConfig,
@@ -163,7 +168,7 @@ async def execute(
         run_id = saved.run["run_id"]
         dirs = RunDirs(Path(config.workdir or "."), Path(saved.run["run_dir"]))
     else:
-        run_id = run_id or uuid.uuid4().hex[:12]
+        run_id = run_id or new_run_id()
         dirs = RunDirs.of(workflow, config, run_id)
     async with contextlib.AsyncExitStack() as stack:
         run: RunManager | None = None
@@ -260,6 +265,7 @@ async def cancel(store: Store, run_id: str) -> list[str]:
         os.kill(manager.pid, signal.SIGTERM)  # it releases its pilots, as on Ctrl-C
         while manager.alive(None):
             await clock.sleep(0.2)
+        await _cancelled(store, run_id)  # for good: not 'interrupted', which resume takes up
         return []
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
         raise ResumeError(f"run {run_id} is {state}: nothing to cancel")
@@ -278,8 +284,12 @@ async def cancel(store: Store, run_id: str) -> list[str]:
                     cancelled.append(job_id)
             await owner.backend.close()
             owner.end()
-    await store.put("runs", {"run_id": run_id}, status=str(RunState.CANCELLED), ended=clock.wall())
+    await _cancelled(store, run_id)
     return cancelled
+
+
+async def _cancelled(store: Store, run_id: str) -> None:
+    await store.put("runs", {"run_id": run_id}, status=str(RunState.CANCELLED), ended=clock.wall())
 
 
 _ENDED = {str(s) for s in JobState if s.finished}

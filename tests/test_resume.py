@@ -147,6 +147,9 @@ def test_an_interrupted_run_resumes_without_redoing_what_finished(tmp_path):
     assert crash.wait_for(lambda c: c.done("a") >= 3), crash.manager.stderr.read()
     crash.interrupt()
     assert crash.manager.returncode == 130
+    said = crash.manager.stderr.read()
+    assert f"run {crash.run_id} interrupted" in said
+    assert f"leadtime resume {crash.run_id} takes it up" in said
     assert "interrupted" in crash.status()
     assert live_pilots(crash.db) == set()  # Ctrl-C released them
     assert attempts(crash.db, "running") == []  # each recorded as it ended: resume waits for none
@@ -160,6 +163,28 @@ def test_an_interrupted_run_resumes_without_redoing_what_finished(tmp_path):
     assert all(ids.count(i) == 1 for i in finished)  # none of them again
     # Ctrl-C killed the running tasks: one killed after it wrote its id runs again, rightly
     assert crash.leftovers() == []
+
+
+def test_cancel_ends_a_running_run_for_good(tmp_path):
+    """Its manager stops and releases the pilots, and the run is cancelled: not interrupted,
+    which resume would take up."""
+    crash = Crash(tmp_path, "local")
+    crash.start()
+    assert crash.wait_for(lambda c: c.run_id is not None and c.done("a") >= 1)
+    cancel = subprocess.run(
+        crash.command("cancel", crash.run_id), capture_output=True, text=True, timeout=60
+    )
+    assert cancel.returncode == 0, cancel.stderr
+    assert crash.manager.wait(timeout=60) == 130
+    assert live_pilots(crash.db) == set() and crash.leftovers() == []
+    with sqlite3.connect(crash.db) as con:
+        (status,) = con.execute("SELECT status FROM runs").fetchone()
+    assert status == "cancelled"
+    resumed = subprocess.run(
+        crash.command("resume", crash.run_id), capture_output=True, text=True, timeout=60
+    )
+    assert resumed.returncode == 2
+    assert f"run {crash.run_id} is cancelled: nothing to resume" in resumed.stderr
 
 
 def test_resume_refuses_a_run_whose_manager_is_alive(tmp_path):
