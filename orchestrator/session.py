@@ -289,7 +289,13 @@ async def cancel(store: Store, run_id: str) -> list[str]:
 
 
 async def _cancelled(store: Store, run_id: str) -> None:
-    await store.put("runs", {"run_id": run_id}, status=str(RunState.CANCELLED), ended=clock.wall())
+    await store.put(
+        "runs",
+        {"run_id": run_id},
+        status=str(RunState.CANCELLED),
+        error="cancelled (leadtime cancel)",
+        ended=clock.wall(),
+    )
 
 
 _ENDED = {str(s) for s in JobState if s.finished}

@@ -178,8 +178,8 @@ def test_cancel_ends_a_running_run_for_good(tmp_path):
     assert crash.manager.wait(timeout=60) == 130
     assert live_pilots(crash.db) == set() and crash.leftovers() == []
     with sqlite3.connect(crash.db) as con:
-        (status,) = con.execute("SELECT status FROM runs").fetchone()
-    assert status == "cancelled"
+        status, error = con.execute("SELECT status, error FROM runs").fetchone()
+    assert (status, error) == ("cancelled", "cancelled (leadtime cancel)")
     resumed = subprocess.run(
         crash.command("resume", crash.run_id), capture_output=True, text=True, timeout=60
     )
