@@ -229,6 +229,17 @@ async def test_tasks_run_in_the_working_directory_and_keep_their_outputs(runner,
     assert not scratch.exists()  # the scratch directory goes, the outputs stay
 
 
+async def test_a_task_gets_the_signals_python_ignores_back_at_their_defaults(runner, tmp_path):
+    """The worker is Python, which ignores SIGPIPE and SIGXFSZ; an ignored signal stays
+    ignored across exec, and a task ignoring SIGPIPE would run on after its reader ended
+    (``yes | head`` would not end)."""
+    command = "grep SigIgn /proc/self/status > ignored"
+    result = await runner.run(attempt(tmp_path, command, ("ignored",)))
+    assert result.outcome is Outcome.SUCCESS, result.output_tail
+    ignored = int((tmp_path / "ignored").read_text().split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1))
+
+
 async def test_a_failed_attempts_outputs_never_appear(runner, tmp_path):
     result = await runner.run(attempt(tmp_path, "echo half > part.txt; exit 3", ("part.txt",)))
     assert (result.outcome, result.exit_code) == (Outcome.FAILED, 3)
