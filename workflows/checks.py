@@ -151,6 +151,12 @@ def output_patterns(value: Any) -> Problem | None:
             return fail(f"{pattern!r}: outputs are relative to the working directory", i)
         if ".." in Path(pattern).parts:
             return fail(f"{pattern!r}: an output may not leave the working directory (..)", i)
+        if not any(c not in "*?/." for c in pattern):
+            return fail(
+                f"{pattern!r} would match the working directory or anything in it (a task's "
+                "outputs are removed before each of its attempts): name the files it writes",
+                i,
+            )
     return None
 
 

@@ -329,6 +329,22 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
         yield ("command",), "{item} needs items, but this stage has a count"
     elif t.items is None and any("item" in template.placeholders(o) for o in t.outputs):
         yield ("outputs",), "{item} needs items, but this stage has a count"
+    elif t.size > 1 and (shared := _shared_outputs(t.outputs)):
+        i, pattern = shared
+        yield (
+            ("outputs", i),
+            f"{pattern!r} is the same for each of the stage's {t.size:,} tasks: a task's outputs "
+            "are removed before each of its attempts, which would remove the other tasks' "
+            "files; name each task's own with {index} or {item}, e.g. 'out/{index}.txt'",
+        )
+
+
+def _shared_outputs(outputs: tuple[str, ...]) -> tuple[int, str] | None:
+    """The first output pattern every task of a stage shares (no {index} or {item})."""
+    for i, pattern in enumerate(outputs):
+        if not template.placeholders(pattern) & {"index", "item"}:
+            return i, pattern
+    return None
 
 
 def _simulate_problems(s: Simulation) -> Iterator[checks.Problem]:
