@@ -1,10 +1,11 @@
+import fnmatch
 import shlex
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.template import longest, placeholders, render
+from workflows.template import clash, longest, placeholders, render
 
 
 def test_placeholders_found():
@@ -88,3 +89,33 @@ def test_longest_finds_the_widest_index_without_rendering_them_all(specs, count)
     template = " ".join(f"{{index:{spec}}}" for spec in specs)
     widest = max(len(render(template, stage="s", index=i).encode()) for i in range(count))
     assert longest(template, stage="s", count=count, items=None) == widest
+
+
+@given(
+    st.sampled_from(
+        ["t{item}*.x", "t*{item}.x", "t*{item}*.x", "t{item}.x", "t{item}?.x", "t[ab]{item}.x"]
+    ),
+    st.lists(st.text("ab1", min_size=1, max_size=3), min_size=1, max_size=6),
+)
+def test_a_clash_is_found_exactly_where_one_tasks_output_pattern_names_anothers_files(
+    pattern, items
+):
+    rendered = [
+        render(pattern, stage="s", index=i, item=v, quote=False) for i, v in enumerate(items)
+    ]
+    files = [r.replace("*", "").replace("?", "b").replace("[ab]", "a") for r in rendered]
+    clashing = any(
+        fnmatch.fnmatchcase(files[j], rendered[i])
+        for i in range(len(items))
+        for j in range(len(items))
+        if i != j
+    )
+    assert (clash(pattern, 0, items) is not None) == clashing
+
+
+def test_a_clash_names_the_placeholder_and_two_values():
+    assert clash("tile{index}*.fits", 12, None) == ("index", "1", "10")
+    assert clash("tile{index:02d}*.fits", 12, None) is None
+    assert clash("tile{index}_*.fits", 12, None) is None
+    assert clash("{item}.txt", 0, ["a", "b", "a"]) == ("item", "a", "a")
+    assert clash("{index}/{item}*.txt", 0, ["a", "ab"]) is None  # the index tells them apart

@@ -337,6 +337,18 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
             "are removed before each of its attempts, which would remove the other tasks' "
             "files; name each task's own with {index} or {item}, e.g. 'out/{index}.txt'",
         )
+    else:
+        for i, pattern in enumerate(t.outputs):
+            if found := template.clash(pattern, t.count or 0, t.items):
+                name, a, b = found
+                yield (
+                    ("outputs", i),
+                    f"{pattern!r} with {{{name}}} {a!r} also matches the files of the task with "
+                    f"{{{name}}} {b!r} (a task's outputs are removed before each of its "
+                    f"attempts): put a separator between {{{name}}} and the wildcard"
+                    + (", or give it a fixed width ({index:03d})" if name == "index" else ""),
+                )
+                return
 
 
 def _shared_outputs(outputs: tuple[str, ...]) -> tuple[int, str] | None:

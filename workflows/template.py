@@ -16,6 +16,7 @@ A format spec's width and precision are at most :data:`~workflows.bounds.FORMAT_
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 import shlex
 from collections.abc import Sequence
@@ -129,6 +130,42 @@ def longest(template: str, *, stage: str, count: int, items: Sequence[str] | Non
     if item_specs and items:
         fixed += _widest_item(items, item_specs)
     return fixed
+
+
+def clash(pattern: str, count: int, items: Sequence[str] | None) -> tuple[str, str, str] | None:
+    """Where output ``pattern`` of one task also names another task's files: its placeholder
+    and the values it has in the two tasks; None if no two tasks clash.
+
+    Only a pattern in which one placeholder varies from task to task (``{index}`` or
+    ``{item}``) is looked at. Two of its tasks clash where their values are equal, or, where
+    the placeholder runs into a ``*``, where one value begins the other (``*`` after:
+    ``tile1*`` matches ``tile10.fits``) or ends it (``*`` before), or, with a ``*`` on both
+    sides, lies within it. Sorted, a value and one it begins lie side by side. (``?`` and
+    ``[...]`` stand for one character: beside them, only equal values clash.)
+    """
+    pieces = _pieces(pattern)
+    varying = [k for k, piece in enumerate(pieces) if piece[1] in ("index", "item")]
+    if len(varying) != 1:
+        return None
+    k = varying[0]
+    literal, name, spec, _ = pieces[k]
+    after = pieces[k + 1][0] if k + 1 < len(pieces) else ""
+    ends = [end for end, star in ((1, after[:1] == "*"), (-1, literal[-1:] == "*")) if star]
+    if name == "index" and not ends and not (spec and spec[-1] in "eEfFgG%"):
+        return None  # whole numbers, written exactly: all different
+    indices = range(count if items is None else len(items))
+    values = [format(v, spec or "") for v in (indices if name == "index" else items or ())]
+    if len(ends) == 2:  # *{item}*: one value within another
+        known = set(values)
+        for b in values:
+            parts = (b[i:j] for i in range(len(b)) for j in range(i + 1, len(b) + 1))
+            if (a := next((p for p in parts if p != b and p in known), None)) is not None:
+                return name, a, b
+    for end in ends[:1] or [1]:
+        for a, b in itertools.pairwise(sorted(values, key=lambda v: v[::end])):
+            if b[::end].startswith(a[::end]) if ends else a == b:
+                return name, a, b
+    return None
 
 
 _UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)
