@@ -340,15 +340,23 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
     else:
         for i, pattern in enumerate(t.outputs):
             if found := template.clash(pattern, t.count or 0, t.items):
-                name, a, b = found
-                yield (
-                    ("outputs", i),
-                    f"{pattern!r} with {{{name}}} {a!r} also matches the files of the task with "
-                    f"{{{name}}} {b!r} (a task's outputs are removed before each of its "
-                    f"attempts): put a separator between {{{name}}} and the wildcard"
-                    + (", or give it a fixed width ({index:03d})" if name == "index" else ""),
-                )
+                yield ("outputs", i), _clash_message(pattern, *found)
                 return
+
+
+def _clash_message(pattern: str, name: str, a: str, b: str) -> str:
+    why = "(a task's outputs are removed before each of its attempts)"
+    if a != b:
+        fixed = ", or give it a fixed width ({index:03d})" if name == "index" else ""
+        return (
+            f"{pattern!r} with {{{name}}} {a!r} also matches the files of the task with "
+            f"{{{name}}} {b!r} {why}: put a separator between {{{name}}} and the wildcard{fixed}"
+        )
+    if name == "index":
+        fix = "write {index} whole ({index:03d})"
+    else:
+        fix = "make the items different, or add {index} to the pattern"
+    return f"{pattern!r} names the same files for two tasks whose {{{name}}} is {a!r} {why}: {fix}"
 
 
 def _shared_outputs(outputs: tuple[str, ...]) -> tuple[int, str] | None:
