@@ -297,6 +297,21 @@ async def test_no_directory_is_made_through_a_link_leading_out(runner, tmp_path)
     assert list(outside.iterdir()) == []
 
 
+async def test_an_absolute_output_in_the_working_directory_counts_and_one_outside_is_left_be(
+    runner, tmp_path
+):
+    """A glob's items are absolute paths, and an output may name one (``{item}.gz``)."""
+    work, outside = tmp_path / "work", tmp_path / "outside.txt"
+    work.mkdir()
+    outside.write_text("not the task's\n")
+    inside = work / "in" / "a.txt.gz"
+    result = await runner.run(attempt(work, f"echo z > {inside}", (str(inside),)))
+    assert result.outcome is Outcome.SUCCESS, result.output_tail
+    result = await runner.run(attempt(work, "true", (str(outside),), n=2))
+    assert "did not create its declared output" in result.output_tail
+    assert outside.read_text() == "not the task's\n"
+
+
 async def test_outputs_count_against_the_tasks_disk(runner, tmp_path):
     write = f"{PY} -c \"open('big', 'wb').write(b'x' * 30 * 2**20)\"; sleep 30"
     spec = AttemptSpec("t", 1, write, Resources(1, 200, 20), "", str(tmp_path), ("big",))

@@ -355,6 +355,21 @@ async def test_a_malformed_spec_is_refused_before_it_costs_the_connection(tmp_pa
         assert (await worker.run(spec("fine", "true"))).outcome is Outcome.SUCCESS
 
 
+async def test_an_attempt_that_breaks_the_worker_fails_and_is_not_retried_as_lost(tmp_path):
+    """A worker error is the attempt's failure, counted against the task's attempts: lost, it
+    would be run again for ever (155,144 attempts in two minutes, once)."""
+    async with Cluster(tmp_path) as cluster:
+        agent, worker = await cluster.agent()
+
+        async def broken(*args, **kwargs):
+            raise RuntimeError("no such thing")
+
+        agent.runner.run = broken
+        result = await worker.run(spec("t", "true"))
+        assert result.outcome is Outcome.FAILED
+        assert "worker error: RuntimeError('no such thing')" in result.output_tail
+
+
 async def test_attempts_sent_ahead_wait_and_start_in_the_order_they_came(tmp_path):
     """A full worker holds what it is sent until it has room, and starts it first come, first
     served; one larger than the worker is refused."""

@@ -116,7 +116,8 @@ def first_come(
 
 
 def refused(spec: AttemptSpec, why: str) -> AttemptResult:
-    """An attempt that never started, and why (in the words its output tail gives)."""
+    """An attempt the worker could not run (it never started, or running it raised), and why
+    (in the words its output tail gives): failed, so counted against the task's attempts."""
     return AttemptResult(
         task_id=spec.task_id,
         attempt=spec.attempt,

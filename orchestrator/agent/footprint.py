@@ -42,7 +42,7 @@ def matches(workdir: Path, patterns: Sequence[str]) -> Iterator[Path]:
         return
     root = workdir.resolve()
     seen: set[Path] = set()
-    for pattern in patterns:
+    for pattern in _under(workdir, patterns):
         for path in workdir.glob(pattern):
             if path in seen or not _inside(path, root):
                 continue
@@ -69,7 +69,7 @@ def prepare(workdir: Path, patterns: Sequence[str]) -> None:
     them, as far as their names are plain (never what a pattern itself matches)."""
     remove(workdir, patterns)
     root = workdir.resolve()
-    for pattern in patterns:
+    for pattern in _under(workdir, patterns):
         parts = Path(pattern).parts
         own = 2 if parts[-1] == "**" else 1  # "d/**" matches d itself: d is an output
         directory = workdir
@@ -94,6 +94,19 @@ def remove(workdir: Path, patterns: Sequence[str]) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink()
+
+
+def _under(workdir: Path, patterns: Sequence[str]) -> Iterator[str]:
+    """``patterns`` relative to ``workdir``: an absolute one (a glob's item put in it) only
+    where it lies there, others left out."""
+    for pattern in patterns:
+        if not pattern.startswith("/"):
+            yield pattern
+            continue
+        for base in (workdir, workdir.resolve()):
+            with contextlib.suppress(ValueError):
+                yield str(Path(pattern).relative_to(base))
+                break
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -529,7 +529,7 @@ class Agent:
                 result = await self._stopped_with_worker(result)
         except Exception as e:
             log.exception("attempt %d of %s", spec.attempt, spec.task_id)
-            result = lost(spec.task_id, spec.attempt, 0.0, f"worker error: {e!r}")
+            result = refused(spec, f"worker error: {e!r}")  # lost, it would run for ever
         finally:
             self.free = self.free.plus(spec.allocation)
             self.cores.give(cpus, spec.allocation.cores)
