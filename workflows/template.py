@@ -155,16 +155,25 @@ def clash(pattern: str, count: int, items: Sequence[str] | None) -> tuple[str, s
         return None  # whole numbers, written exactly: all different
     indices = range(count if items is None else len(items))
     values = [format(v, spec or "") for v in (indices if name == "index" else items or ())]
-    if len(ends) == 2:  # *{item}*: one value within another
-        known = set(values)
-        for b in values:
-            parts = (b[i:j] for i in range(len(b)) for j in range(i + 1, len(b) + 1))
-            if (a := next((p for p in parts if p != b and p in known), None)) is not None:
-                return name, a, b
-    for end in ends[:1] or [1]:
-        for a, b in itertools.pairwise(sorted(values, key=lambda v: v[::end])):
-            if b[::end].startswith(a[::end]) if ends else a == b:
-                return name, a, b
+    if len(ends) == 2 and (a_b := _within(values)):  # *{item}*: one value within another
+        return name, *a_b
+    end = ends[0] if ends else 1  # read from the end where the * is before it
+    for a, b in itertools.pairwise(sorted(values, key=lambda v: v[::end])):
+        if a == b or (ends and b[::end].startswith(a[::end])):
+            return name, a, b
+    return None
+
+
+def _within(values: list[str]) -> tuple[str, str] | None:
+    """A value that lies within a longer one, and that one: each value's pieces are looked up
+    only at the lengths values have (a few, where names are alike), not at every length."""
+    known = set(values)
+    sizes = sorted({len(v) for v in known})
+    for b in values:
+        for size in itertools.takewhile(lambda n, b=b: n < len(b), sizes):
+            pieces = (b[i : i + size] for i in range(len(b) - size + 1))
+            if (a := next((p for p in pieces if p in known), None)) is not None:
+                return a, b
     return None
 
 
