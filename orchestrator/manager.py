@@ -72,6 +72,8 @@ class RemoteWorker:
         self._absence: asyncio.TimerHandle | None = None
         self._unconfirmed: set[tuple[str, int]] = set()
         """Attempts sent before the worker (re)registered: its ``attached`` says which it has."""
+        self._vanished: str | None = None
+        """Why its connection ended without a goodbye, while it is away."""
 
     def __repr__(self) -> str:
         return f"RemoteWorker({self.id!r}, pilot={self.pilot_id!r}, capacity={self.capacity})"
@@ -185,12 +187,19 @@ class RemoteWorker:
             self._absence.cancel()
             self._absence = None
         self._channel = channel
+        self._vanished = None
         self._unconfirmed = set(self._pending)
 
     def _disconnect(self, reason: str, grace_s: float, gone: Callable[[str], None]) -> None:
         """The connection ended: absent for ``grace_s``, then gone (``gone(reason)``)."""
         self._channel = None
         self._absence = asyncio.get_running_loop().call_later(grace_s, gone, reason)
+
+    def _vanish(self, reason: str, grace_s: float, gone: Callable[[str], None]) -> None:
+        """The connection ended without a goodbye: what it holds, should it not come back,
+        is lost with it ``vanished`` (a task may have taken it down)."""
+        self._vanished = reason
+        self._disconnect(reason, grace_s, gone)
 
     def _leave(self, reason: str) -> None:
         if self._gone.done():
@@ -202,9 +211,14 @@ class RemoteWorker:
         self._gone.set_result(reason)
         pending, self._pending = self._pending, {}
         now = clock.now()
+        vanished = self._vanished
+        if vanished is not None and vanished != reason:
+            reason = f"{vanished}, then {reason}"
         for (task_id, attempt), (future, start) in pending.items():
             if not future.done():
-                future.set_result(lost(task_id, attempt, now - start, f"worker left: {reason}"))
+                why = f"worker left: {reason}"
+                ended = lost(task_id, attempt, now - start, why, vanished=vanished is not None)
+                future.set_result(ended)
 
 
 class Manager:
@@ -385,7 +399,7 @@ class Manager:
                 log.info("worker %s disconnected (%s): absent for %g s", worker.id, reason,
                          self.reattach_s)  # fmt: skip
                 self.absent[worker.id] = worker
-                worker._disconnect(reason, self.reattach_s, self._gone(worker))
+                worker._vanish(reason, self.reattach_s, self._gone(worker))
 
     def _gone(self, worker: RemoteWorker) -> Callable[[str], None]:
         """What ends ``worker`` for good: its attempts LOST, the engine told."""

@@ -187,6 +187,7 @@ class Recorder:
             category=task.task.category,
             state=str(task.state),
             attempts=task.attempts,
+            crashes=task.crashes,
         )
 
     def _attempt_key(self, task_id: str, attempt: int) -> dict[str, Any]:

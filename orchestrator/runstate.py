@@ -80,6 +80,9 @@ class TaskRun:
     exhaustion: Exhaustion | None = None
     lost: set[int] = field(default_factory=set)
     """Attempts given up on: a result of one of them comes late, and never counts."""
+    crashes: int = 0
+    """Times its worker vanished while running it: at ``max_attempts`` the task fails, as
+    one that takes its worker down would otherwise run again for ever."""
 
 
 @dataclass
@@ -287,6 +290,8 @@ class RunState:
         tasks = {row["task_id"]: row for row in saved.tasks}
         for row in saved.attempts:
             self._restore_attempt(row)
+        for task_id, row in tasks.items():
+            self.task(task_id).crashes = row.get("crashes") or 0
         phases = {row["stage"]: Phase(row["state"]) for row in saved.stages}
         for stage in self.stages.values():
             for task in stage.tasks:
@@ -708,7 +713,7 @@ class RunState:
         started = self.pool.release(worker.id, key, spec.allocation)
         task_run = self.task(spec.task_id)
         stage = self.stages[task_run.task.stage]
-        stage.running.pop(key, None)
+        ran = stage.running.pop(key, None) is not None
         stage.waiting.discard(key)
         self._began(started)
         if task_run.running != spec.attempt:
@@ -742,7 +747,18 @@ class RunState:
         elif result.outcome == Outcome.LOST:
             task_run.lost.add(spec.attempt)
             task_run.allocation = spec.allocation
-            self._requeue(stage, task_run)
+            if result.vanished and ran and self.running:
+                task_run.crashes += 1
+            if task_run.crashes >= task_run.task.max_attempts:
+                vanished, limit = count(task_run.crashes, "time"), task_run.task.max_attempts
+                self._fail(
+                    stage,
+                    task_run,
+                    f"its worker vanished while running it, {vanished} (last: {why}); a task "
+                    f"that takes its worker down runs at most max_attempts ({limit}) times",
+                )
+            else:
+                self._requeue(stage, task_run)
         else:
             task_run.failures += 1
             if task_run.failures >= task_run.task.max_attempts:

@@ -82,7 +82,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "tasks": (
         ("run_id", "task_id"),
-        ("stage", "category", "state", "attempts"),
+        ("stage", "category", "state", "attempts", "crashes"),
     ),
     "attempts": (
         ("run_id", "task_id", "attempt"),

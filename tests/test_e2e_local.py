@@ -26,6 +26,7 @@ from orchestrator.agent import protocol
 from orchestrator.cli import app
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
+from orchestrator.summary import RunSummary
 from workflows.spec import example, loads
 
 LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
@@ -65,6 +66,18 @@ def three_stages(root) -> str:
 def local_config(tmp_path, strategy="asa", **kw) -> RunConfig:
     options = LocalOptions(worker_args=FAST_SAMPLES, heartbeat_s=0.5)
     return RunConfig(strategy=strategy, backend=options, workdir=tmp_path, **kw)
+
+
+def run_local(workflow, tmp_path) -> tuple[RunSummary, list[dict]]:
+    """A run of ``workflow`` on the local backend, and its attempts as they started."""
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            summary = await execute(workflow, local_config(tmp_path), store)
+            attempts = await store.rows("attempts", {"run_id": summary.run_id}, order="start_t")
+            return summary, attempts
+
+    return clock.run(main(), virtual=False)
 
 
 def test_three_stages_of_real_programs_sized_killed_retried_and_done(tmp_path):
@@ -190,34 +203,52 @@ def test_a_worker_killed_mid_task_loses_it_and_the_task_completes_elsewhere(tmp_
     assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["0", "1", "2", "3"]
 
 
-def test_a_failing_task_fails_its_stage_after_max_attempts(tmp_path):
-    workflow = loads(
-        """
-        name = "broken"
-        [[stage]]
-        name = "bad"
-        allocation = { cores = 1, time = "5m" }
-        [stage.tasks]
-        command = "echo working; echo oops >&2; exit 3"
-        count = 1
-        max_attempts = 2
-        cores = 1
-        memory = "50M"
-        disk = "10M"
-        """
+def one_stage(name: str, command: str, count: int, *, cores: int = 2, workdir=None, **fields):
+    """A workflow of ``count`` one-core tasks of ``command`` on one pilot of ``cores`` cores;
+    ``fields``, TOML values, are the tasks' other fields."""
+    lines = "".join(f"\n{key} = {value}" for key, value in fields.items())
+    return loads(
+        (f'workdir = "{workdir}"\n' if workdir else "")
+        + f"""name = "{name}"
+[[stage]]
+name = "work"
+allocation = {{ cores = {cores}, time = "10m" }}
+[stage.tasks]
+command = "{command}"
+count = {count}
+cores = 1
+memory = "50M"
+disk = "10M"{lines}
+"""
     )
 
-    async def main():
-        async with await Store.open(":memory:") as store:
-            summary = await execute(workflow, local_config(tmp_path), store)
-            return summary, await store.rows("attempts", {"run_id": summary.run_id})
 
-    summary, attempts = clock.run(main(), virtual=False)
+def test_a_failing_task_fails_its_stage_after_max_attempts(tmp_path):
+    command = "echo working; echo oops >&2; exit 3"
+    workflow = one_stage("broken", command, 1, cores=1, max_attempts=2)
+
+    summary, attempts = run_local(workflow, tmp_path)
     assert summary.status == "failed"
-    assert "task bad.0: failed 2 times (exit code 3)" in summary.error
+    assert "task work.0: failed 2 times (exit code 3)" in summary.error
     assert "oops" in summary.error and "working" in summary.error
     assert [(a["outcome"], a["exit_code"]) for a in attempts] == [("failed", 3)] * 2
     assert all(p.state == "COMPLETED" for p in summary.pilots)
+
+
+def test_a_task_that_takes_its_worker_down_fails_the_run_after_max_attempts(tmp_path):
+    """A task that kills its worker, as one that crashes its node or wakes the OOM killer
+    would, is not run again for ever: the worker vanishes without a word each time, and at
+    the task's ``max_attempts`` such losses the run fails naming it. Nothing is left."""
+    command = "if [ {index} = 3 ]; then sleep 1; kill -9 $PPID; fi; sleep 0.2"
+    workflow = one_stage("crasher", command, 8, max_attempts=2)
+
+    summary, attempts = run_local(workflow, tmp_path)
+    assert summary.status == "failed"
+    assert summary.error.startswith(
+        "task work.3: its worker vanished while running it, 2 times (last: worker left: "
+    ), summary.error
+    assert [a["outcome"] for a in attempts if a["task_id"] == "work.3"] == ["lost", "lost"]
+    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()]
 
 
 def test_a_failed_run_quotes_its_task_s_output_a_line_each_and_escaped(tmp_path):
@@ -345,14 +376,7 @@ def test_leadtime_worker_is_the_worker_agent():
 
 def run_attempts(workflow, tmp_path) -> list[dict]:
     """The attempts of a run of ``workflow`` on the local backend, which completed."""
-
-    async def main():
-        async with await Store.open(":memory:") as store:
-            summary = await execute(workflow, local_config(tmp_path), store)
-            attempts = await store.rows("attempts", {"run_id": summary.run_id}, order="start_t")
-            return summary, attempts
-
-    summary, attempts = clock.run(main(), virtual=False)
+    summary, attempts = run_local(workflow, tmp_path)
     assert summary.status == "done", summary.error
     return attempts
 
@@ -438,24 +462,7 @@ def one_stage_with_outputs(tmp_path, name: str, command: str, count: int):
     """A workflow of ``count`` one-core tasks, each declaring ``out/<index>.txt``, on one
     pilot of two cores."""
     (tmp_path / "out").mkdir()
-    return loads(
-        textwrap.dedent(
-            f"""
-            name = "{name}"
-            workdir = "{tmp_path}"
-            [[stage]]
-            name = "work"
-            allocation = {{ cores = 2, time = "10m" }}
-            [stage.tasks]
-            command = "{command}"
-            count = {count}
-            cores = 1
-            memory = "50M"
-            disk = "10M"
-            outputs = ["out/{{index}}.txt"]
-            """
-        )
-    )
+    return one_stage(name, command, count, outputs='["out/{index}.txt"]', workdir=tmp_path)
 
 
 def test_a_worker_killed_with_short_tasks_sent_ahead_loses_them_and_each_runs_once(tmp_path):

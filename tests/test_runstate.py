@@ -15,6 +15,7 @@ from orchestrator.planner import Phase, Submit, make_planner
 from orchestrator.pool import AHEAD_DEPTH, Pool
 from orchestrator.recorder import Recorder
 from orchestrator.runs import RunState as Status
+from orchestrator.runs import SavedRun
 from orchestrator.runstate import (
     CancelJob,
     Launch,
@@ -23,6 +24,7 @@ from orchestrator.runstate import (
     WorkersDue,
     WorkersGone,
 )
+from orchestrator.store import TABLES
 from workflows.spec import loads
 
 
@@ -37,6 +39,20 @@ class Rows:
 
     def table(self, name: str) -> list[dict]:
         return [fields for (table, _), fields in self.rows.items() if table == name]
+
+    def saved(self) -> SavedRun:
+        """The run as a store holding these rows would give it back to a resuming manager,
+        but for its pilots (the engine records their requests, not the state)."""
+
+        def rows(name: str) -> list[dict]:
+            keys, columns = TABLES[name]
+            return [
+                dict.fromkeys(columns) | dict(zip(keys, key, strict=True)) | fields
+                for (table, key), fields in self.rows.items()
+                if table == name
+            ]
+
+        return SavedRun(*map(rows, ("runs", "stages", "tasks", "attempts")), [], [])
 
 
 def new_state(text: str) -> tuple[RunState, Rows]:
@@ -148,6 +164,65 @@ def test_a_result_counts_once_and_a_lost_attempt_runs_again():
     state.apply(WorkerJoined(Node("n2", "7")))
     again = [launch.spec for launch in state.place()]
     assert ("a.1", 2) in [(s.task_id, s.attempt) for s in again]
+
+
+def lost_with(launch: Launch, *, vanished: bool) -> AttemptEnded:
+    spec = launch.spec
+    why = "[leadtime] worker left: disconnected" if vanished else "[leadtime] worker left: SIGTERM"
+    result = AttemptResult(
+        spec.task_id, spec.attempt, Outcome.LOST, Resources(), output_tail=why, vanished=vanished
+    )
+    return AttemptEnded(launch.worker, spec, result)
+
+
+def test_a_task_whose_worker_vanishes_under_it_max_attempts_times_fails_and_no_other_loss_counts():
+    """A worker that vanishes without a word (a node crash, the OOM killer, a task that kills
+    it) counts against each task it was running; its pilot's end, a cancellation or a worker
+    leaving with a word counts against none, nor does an attempt only sent ahead to it."""
+    text = MANY.replace('memory = "100M", disk', 'memory = "100M", max_attempts = 2, disk', 1)
+    state, rows = new_state(text)
+    state.start()
+    started_pilot(state, "a", "7")
+    for n in range(5):  # lost with a worker that said why: run again, however often
+        state.apply(WorkerJoined(Node(f"left{n}", "7")))
+        launches = state.place()
+        state.apply(WorkerLost(f"left{n}"))
+        for launch in launches:
+            state.apply(lost_with(launch, vanished=False))
+    assert state.status is Status.RUNNING and state.task("a.0").crashes == 0
+
+    state.apply(WorkerJoined(Node("n1", "7", queues=True)))
+    first = state.place()
+    state.apply(ended(first[1], 0.01))  # done, and short: the next are sent ahead
+    running, *ahead = state.place()
+    assert ahead and state.stages["a"].waiting == {launch.spec.key for launch in ahead}
+    state.apply(WorkerLost("n1"))  # the source tells it first, then answers its attempts
+    for launch in (first[0], running, *ahead):
+        state.apply(lost_with(launch, vanished=True))
+    crashed = [state.task(launch.spec.task_id) for launch in (first[0], running)]
+    assert [task.crashes for task in crashed] == [1, 1]
+    assert all(state.task(launch.spec.task_id).crashes == 0 for launch in ahead)
+    resumed, _ = new_state(text)
+    resumed.restore(rows.saved())
+    assert [resumed.task(task.task.id).crashes for task in crashed] == [1, 1]
+
+    state.apply(WorkerJoined(Node("n2", "7")))
+    again = None
+    for _ in range(12):  # run the others until one that crashed is placed
+        for launch in state.place():
+            if state.task(launch.spec.task_id).crashes:
+                again = launch
+            else:
+                state.apply(ended(launch, 1.0))
+    assert again is not None
+    state.apply(WorkerLost("n2"))
+    state.apply(lost_with(again, vanished=True))
+    assert state.status is Status.FAILED
+    assert state.error == (
+        f"task {again.spec.task_id}: its worker vanished while running it, 2 times (last: "
+        "worker left: disconnected); a task that takes its worker down runs at most "
+        "max_attempts (2) times"
+    )
 
 
 def test_a_failed_dependency_cancels_the_pilots_after_it_and_sends_workers_home():

@@ -487,7 +487,7 @@ async def test_shutdown_kills_running_tasks_as_lost(tmp_path):
         await asyncio.sleep(0.2)
         await worker.shutdown()
         result = await running
-        assert result.outcome is Outcome.LOST
+        assert result.outcome is Outcome.LOST and not result.vanished
         assert "shut down" in result.output_tail
         assert await cluster.agents[0] == 0
 
@@ -564,7 +564,8 @@ async def test_a_worker_reconnects_to_a_new_manager(tmp_path):
         await asyncio.sleep(0.2)
         port = cluster.manager.address[1]
         await cluster.manager.close()
-        assert (await running).outcome is Outcome.LOST
+        result = await running
+        assert result.outcome is Outcome.LOST and not result.vanished
         assert agent.runner.running == 1  # the worker keeps it while it looks for a manager
         joined = asyncio.Queue()
         async with Manager(SECRET, port=port, heartbeat_s=0.1, on_join=joined.put_nowait):
@@ -720,7 +721,7 @@ async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
         await asyncio.sleep(0.3)
         process.send_signal(signal.SIGKILL)
         result = await asyncio.wait_for(running, 5)
-        assert result.outcome is Outcome.LOST
+        assert result.outcome is Outcome.LOST and result.vanished  # the task may be the cause
         assert "disconnected" in result.output_tail
         assert (await cluster.left.get())[0] == worker.id
 
@@ -735,7 +736,7 @@ async def test_a_frozen_worker_misses_heartbeats_and_is_lost(tmp_path):
         finally:
             process.send_signal(signal.SIGKILL)
             process.send_signal(signal.SIGCONT)
-        assert result.outcome is Outcome.LOST
+        assert result.outcome is Outcome.LOST and result.vanished
         assert "missed heartbeats" in result.output_tail
         assert cluster.manager.workers == {}
 
@@ -746,7 +747,7 @@ async def test_sigterm_releases_a_worker_cleanly(tmp_path):
         await asyncio.sleep(0.3)
         process.send_signal(signal.SIGTERM)
         result = await asyncio.wait_for(running, 5)
-        assert result.outcome is Outcome.LOST
+        assert result.outcome is Outcome.LOST and not result.vanished  # it said why
         assert "SIGTERM" in result.output_tail
         assert await asyncio.wait_for(process.wait(), 5) == 0
         assert "released" in (await cluster.left.get())[1]

@@ -22,7 +22,8 @@ class Outcome(StrEnum):
     EXHAUSTED = "exhausted"
     """Killed for exceeding its allocation of ``exhaustion.resource``."""
     LOST = "lost"
-    """Its worker vanished; says nothing about the task's needs."""
+    """Its worker left before it ended (its pilot ended or was cancelled, the worker died):
+    says nothing about the task's needs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,9 @@ class AttemptResult:
     """The host it ran on, where its scratch directory stayed."""
     sandbox: str = ""
     """Its scratch directory on ``node``, when it was kept after the attempt ended."""
+    vanished: bool = False
+    """LOST as its worker vanished without a word while holding it (the manager's verdict,
+    never sent by a worker): the task may have taken the worker down."""
 
     def output(self) -> dict[str, Any] | None:
         """Its output and where it ran, as the store keeps them; None when it has none (a

@@ -590,7 +590,9 @@ def keys(message: dict) -> list[tuple[str, int]]:
     return out
 
 
-def lost(task_id: str, attempt: int, wall: float, reason: str) -> AttemptResult:
+def lost(
+    task_id: str, attempt: int, wall: float, reason: str, *, vanished: bool = False
+) -> AttemptResult:
     """The result of an attempt whose worker left (or would not start it): says nothing
     about the task's needs."""
     return AttemptResult(
@@ -599,6 +601,7 @@ def lost(task_id: str, attempt: int, wall: float, reason: str) -> AttemptResult:
         outcome=Outcome.LOST,
         peak=Resources(wall=wall),
         output_tail=f"[leadtime] {reason}",
+        vanished=vanished,
     )
 
 
