@@ -22,6 +22,7 @@ import logging
 import math
 import socket
 from collections.abc import Callable
+from functools import partial
 
 from backends import clock
 from learners.resources import Resources
@@ -96,8 +97,10 @@ class RemoteWorker:
         """The attempts sent and not yet answered, and when each was sent (loop clock)."""
         return {key: start for key, (_, start) in self._pending.items()}
 
-    async def run(self, spec: AttemptSpec) -> AttemptResult:
-        """Run ``spec`` on this worker; LOST if the worker leaves first.
+    def run(self, spec: AttemptSpec) -> asyncio.Future[AttemptResult]:
+        """Run ``spec`` on this worker: the future of its result, LOST if the worker leaves
+        first; cancelling the future stops the attempt there. A future, not a coroutine:
+        no task per attempt.
 
         Raises ValueError for a spec the worker would refuse as malformed (which
         would cost the whole connection) or one already running here.
@@ -111,34 +114,32 @@ class RemoteWorker:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id}: {e}") from None
         if not self.accepting or self._channel is None:
             reason = "worker is draining" if self.alive else f"worker left: {self._gone.result()}"
-            return lost(spec.task_id, spec.attempt, 0.0, reason)
+            return _done(lost(spec.task_id, spec.attempt, 0.0, reason))
         future = self._expect(key, clock.now())
         self._channel.post("run", protocol.spec_item(spec))
-        return await self._result(key, future)
+        return future
 
-    async def follow(self, key: tuple[str, int], since: float) -> AttemptResult:
+    def follow(self, key: tuple[str, int], since: float) -> asyncio.Future[AttemptResult]:
         """The result of an attempt this worker was already running (sent ``since``, on the
         loop clock): the worker reports it, or says it no longer has it."""
         if not self.alive:
-            return lost(*key, clock.now() - since, f"worker left: {self._gone.result()}")
+            return _done(lost(*key, clock.now() - since, f"worker left: {self._gone.result()}"))
         entry = self._pending.get(key)
-        future = entry[0] if entry is not None else self._expect(key, since)
-        return await self._result(key, future)
+        return entry[0] if entry is not None else self._expect(key, since)
 
     def _expect(self, key: tuple[str, int], since: float) -> asyncio.Future[AttemptResult]:
         future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
         self._pending[key] = (future, since)
+        future.add_done_callback(partial(self._given_up, key))
         return future
 
-    async def _result(
-        self, key: tuple[str, int], future: asyncio.Future[AttemptResult]
-    ) -> AttemptResult:
-        try:
-            return await future
-        except asyncio.CancelledError:
-            if self._pending.pop(key, None) is not None and self._channel is not None:
+    def _given_up(self, key: tuple[str, int], future: asyncio.Future[AttemptResult]) -> None:
+        """A result nobody waits for any more (its future cancelled): the worker stops it."""
+        entry = self._pending.get(key)
+        if future.cancelled() and entry is not None and entry[0] is future:
+            del self._pending[key]
+            if self._channel is not None:
                 self._channel.post("cancel", protocol.key_item(*key))
-            raise
 
     async def drain(self) -> str:
         """Let the running attempts finish, then release the worker; why it left."""
@@ -352,6 +353,8 @@ class Manager:
         worker = RemoteWorker(channel, registration)
         if expected is not None:  # a worker of the run this manager resumed
             worker._pending, expected._pending = expected._pending, {}
+            for key, (future, _) in worker._pending.items():
+                future.add_done_callback(partial(worker._given_up, key))
             worker._unconfirmed = set(worker._pending)
             expected._leave("registered")
         self.workers[worker.id] = worker
@@ -422,3 +425,10 @@ class Manager:
             callback(*args)
         except Exception:
             log.exception("a worker callback failed")
+
+
+def _done(result: AttemptResult) -> asyncio.Future[AttemptResult]:
+    """A future that holds ``result`` already."""
+    future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future

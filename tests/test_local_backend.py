@@ -121,7 +121,7 @@ async def test_a_pilot_busy_at_its_time_limit_timed_out(tmp_path):
     async with Local(tmp_path) as local:
         job = await local.backend.submit(request(time=1.5))
         worker = await local.worker()
-        running = asyncio.create_task(worker.run(AttemptSpec("t", 1, "sleep 60", Resources(1))))
+        running = worker.run(AttemptSpec("t", 1, "sleep 60", Resources(1)))
         info = await local.state(job, JobState.TIMEOUT)
         assert info.end_time - info.start_time == pytest.approx(1.5, abs=0.5)
         assert (await running).outcome is Outcome.LOST
@@ -196,9 +196,7 @@ async def test_close_leaves_no_worker_nor_task_behind(tmp_path):
         job = await local.backend.submit(request())
         worker = await local.worker()
         marker = tmp_path / "task.pid"
-        run = asyncio.create_task(
-            worker.run(AttemptSpec("t", 1, f"echo $$ > {marker}; exec sleep 60", Resources(1)))
-        )
+        run = worker.run(AttemptSpec("t", 1, f"echo $$ > {marker}; exec sleep 60", Resources(1)))
         async with asyncio.timeout(10):
             while not marker.exists() or not marker.read_text().strip():
                 await asyncio.sleep(0.05)

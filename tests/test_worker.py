@@ -378,9 +378,7 @@ async def test_attempts_sent_ahead_wait_and_start_in_the_order_they_came(tmp_pat
         log = tmp_path / "order"
         sizes = {"busy": 2, "second": 1, "third": 2, "fourth": 1}
         runs = [
-            asyncio.create_task(
-                worker.run(spec(name, f"echo {name} >> {log}; sleep 0.3", Resources(n, 100, 10)))
-            )
+            worker.run(spec(name, f"echo {name} >> {log}; sleep 0.3", Resources(n, 100, 10)))
             for name, n in sizes.items()
         ]
         huge = await worker.run(spec("huge", "true", Resources(3, 100, 10)))
@@ -397,9 +395,9 @@ async def test_an_attempt_waiting_is_cancelled_or_lost_with_its_worker(tmp_path)
     async with Cluster(tmp_path) as cluster:
         agent, worker = await cluster.agent(capacity=Resources(1, 1000, 1000))
         marker = tmp_path / "ran"
-        busy = asyncio.create_task(worker.run(spec("busy", "sleep 0.5")))
-        cancelled = asyncio.create_task(worker.run(spec("cancelled", f"touch {marker}")))
-        dropped = asyncio.create_task(worker.run(spec("dropped", f"touch {marker}")))
+        busy = worker.run(spec("busy", "sleep 0.5"))
+        cancelled = worker.run(spec("cancelled", f"touch {marker}"))
+        dropped = worker.run(spec("dropped", f"touch {marker}"))
         await asyncio.sleep(0.2)
         assert list(agent.waiting) == [("cancelled", 0), ("dropped", 0)]
         cancelled.cancel()
@@ -418,9 +416,9 @@ async def test_a_cancelled_head_of_the_queue_lets_what_fits_behind_it_start(tmp_
     room or the order allows it, a cancel included, not at the next attempt's end."""
     async with Cluster(tmp_path) as cluster:
         agent, worker = await cluster.agent(capacity=Resources(2, 1000, 1000))
-        busy = asyncio.create_task(worker.run(spec("busy", "sleep 1")))
-        big = asyncio.create_task(worker.run(spec("big", "true", Resources(2, 100, 10))))
-        small = asyncio.create_task(worker.run(spec("small", "true")))
+        busy = worker.run(spec("busy", "sleep 1"))
+        big = worker.run(spec("big", "true", Resources(2, 100, 10)))
+        small = worker.run(spec("small", "true"))
         await asyncio.sleep(0.2)
         assert list(agent.waiting) == [("big", 0), ("small", 0)]
         big.cancel()
@@ -432,7 +430,7 @@ async def test_a_cancelled_head_of_the_queue_lets_what_fits_behind_it_start(tmp_
 async def test_a_draining_worker_runs_what_waits_then_leaves(tmp_path):
     async with Cluster(tmp_path) as cluster:
         _, worker = await cluster.agent(capacity=Resources(1, 1000, 1000))
-        runs = [asyncio.create_task(worker.run(spec(f"t{i}", "sleep 0.2"))) for i in range(2)]
+        runs = [worker.run(spec(f"t{i}", "sleep 0.2")) for i in range(2)]
         await asyncio.sleep(0.1)
         reason = await worker.drain()
         assert [r.outcome for r in await asyncio.gather(*runs)] == [Outcome.SUCCESS] * 2
@@ -454,7 +452,7 @@ async def test_cancelling_a_run_kills_the_attempt(tmp_path):
     async with Cluster(tmp_path) as cluster:
         agent, worker = await cluster.agent()
         marker = tmp_path / "finished"
-        run = asyncio.create_task(worker.run(spec("long", f"sleep 2; touch {marker}")))
+        run = worker.run(spec("long", f"sleep 2; touch {marker}"))
         await asyncio.sleep(0.2)
         assert agent.runner.running == 1
         run.cancel()
@@ -470,7 +468,7 @@ async def test_cancelling_a_run_kills_the_attempt(tmp_path):
 async def test_drain_lets_running_tasks_finish(tmp_path):
     async with Cluster(tmp_path) as cluster:
         _, worker = await cluster.agent()
-        running = asyncio.create_task(worker.run(spec("t", "sleep 0.3")))
+        running = worker.run(spec("t", "sleep 0.3"))
         await asyncio.sleep(0.1)
         reason = await worker.drain()
         assert (await running).outcome is Outcome.SUCCESS
@@ -483,7 +481,7 @@ async def test_drain_lets_running_tasks_finish(tmp_path):
 async def test_shutdown_kills_running_tasks_as_lost(tmp_path):
     async with Cluster(tmp_path) as cluster:
         _, worker = await cluster.agent()
-        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        running = worker.run(spec("t", "sleep 30"))
         await asyncio.sleep(0.2)
         await worker.shutdown()
         result = await running
@@ -499,7 +497,7 @@ async def test_a_task_killed_with_its_worker_is_lost_and_one_killed_alone_failed
         agent, worker = await cluster.agent()
         alone = await worker.run(spec("alone", "kill -TERM $$"))
         assert (alone.outcome, alone.exit_code) == (Outcome.FAILED, -signal.SIGTERM)
-        with_worker = asyncio.create_task(worker.run(spec("job", "kill -TERM $$")))
+        with_worker = worker.run(spec("job", "kill -TERM $$"))
         await asyncio.sleep(0.3)  # the task is dead; the worker's own signal comes late
         agent.shutdown("SIGTERM")
         result = await with_worker
@@ -515,7 +513,7 @@ async def test_a_shell_whose_command_was_killed_with_its_worker_is_lost_too(tmp_
         agent, worker = await cluster.agent()
         alone = await worker.run(spec("alone", command))
         assert (alone.outcome, alone.exit_code) == (Outcome.FAILED, 128 + signal.SIGTERM)
-        with_worker = asyncio.create_task(worker.run(spec("job", command)))
+        with_worker = worker.run(spec("job", command))
         await asyncio.sleep(0.3)
         agent.shutdown("SIGTERM")
         result = await with_worker
@@ -526,7 +524,7 @@ async def test_a_shell_whose_command_was_killed_with_its_worker_is_lost_too(tmp_
 async def test_strangers_are_refused_and_the_run_goes_on(tmp_path):
     async with Cluster(tmp_path, handshake_timeout_s=1.0) as cluster:
         _, worker = await cluster.agent()
-        running = asyncio.create_task(worker.run(spec("during", "sleep 0.5")))
+        running = worker.run(spec("during", "sleep 0.5"))
         host, port = cluster.manager.address
 
         await intrude((host, port), timeout=2)
@@ -546,7 +544,7 @@ async def test_a_worker_drains_before_its_pilot_ends(tmp_path):
         end = clock.wall() + 1.0
         _, worker = await cluster.agent(end_time=end, drain_margin_s=0.6)
         assert worker.end_time == pytest.approx(clock.now() + 1.0, abs=0.2)
-        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        running = worker.run(spec("t", "sleep 30"))
         await asyncio.sleep(0.6)
         assert worker.draining and not worker.accepting
         assert (await worker.run(spec("late", "true"))).outcome is Outcome.LOST
@@ -560,7 +558,7 @@ async def test_a_worker_reconnects_to_a_new_manager(tmp_path):
     """A manager that knows nothing of the attempt the worker kept running cancels it."""
     async with Cluster(tmp_path) as cluster:
         agent, worker = await cluster.agent()
-        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        running = worker.run(spec("t", "sleep 30"))
         await asyncio.sleep(0.2)
         port = cluster.manager.address[1]
         await cluster.manager.close()
@@ -582,7 +580,7 @@ async def test_a_worker_back_within_the_grace_keeps_its_attempt(tmp_path):
     async with Cluster(tmp_path, reattach_s=10.0) as cluster:
         agent, worker = await cluster.agent()
         done = tmp_path / "done"
-        running = asyncio.create_task(worker.run(spec("t", f"sleep 1; echo x >> {done}")))
+        running = worker.run(spec("t", f"sleep 1; echo x >> {done}"))
         await asyncio.sleep(0.3)
         agent._channel.writer.transport.abort()  # the network drops the connection
         result = await asyncio.wait_for(running, 10)
@@ -600,8 +598,8 @@ async def test_a_resuming_manager_takes_over_what_its_workers_ran(tmp_path):
     async with Cluster(tmp_path) as cluster:
         manager_file.write_text(f"127.0.0.1:{cluster.manager.address[1]}")
         _, worker = await cluster.agent(manager_file=manager_file)
-        quick = asyncio.create_task(worker.run(spec("quick", "sleep 0.3")))
-        slow = asyncio.create_task(worker.run(spec("slow", "sleep 1.5")))
+        quick = worker.run(spec("quick", "sleep 0.3"))
+        slow = worker.run(spec("slow", "sleep 1.5"))
         await asyncio.sleep(0.1)
         await cluster.manager.close()  # the manager dies
         await asyncio.gather(quick, slow)
@@ -631,8 +629,7 @@ async def test_a_resuming_manager_takes_over_an_attempt_still_waiting(tmp_path):
             capacity=Resources(1, 1000, 1000), manager_file=manager_file
         )
         runs = [
-            asyncio.create_task(worker.run(spec(name, f"sleep 0.8; echo {name} >> {log}")))
-            for name in ("first", "next")
+            worker.run(spec(name, f"sleep 0.8; echo {name} >> {log}")) for name in ("first", "next")
         ]
         await asyncio.sleep(0.2)
         await cluster.manager.close()  # the manager dies
@@ -653,7 +650,7 @@ async def test_a_resuming_manager_takes_over_an_attempt_still_waiting(tmp_path):
 async def test_a_worker_gives_up_without_a_manager(tmp_path):
     async with Cluster(tmp_path) as cluster:
         _, worker = await cluster.agent(connect_timeout_s=0.5)
-        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        running = worker.run(spec("t", "sleep 30"))
         await asyncio.sleep(0.2)
         await cluster.manager.close()
         assert (await running).outcome is Outcome.LOST
@@ -717,7 +714,7 @@ async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
     async with process_cluster(tmp_path, reattach_s=0.5) as (cluster, process, worker):
         assert worker.pid == process.pid
         assert (await worker.run(spec("first", "true"))).outcome is Outcome.SUCCESS
-        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        running = worker.run(spec("t", "sleep 30"))
         await asyncio.sleep(0.3)
         process.send_signal(signal.SIGKILL)
         result = await asyncio.wait_for(running, 5)
@@ -728,7 +725,7 @@ async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
 
 async def test_a_frozen_worker_misses_heartbeats_and_is_lost(tmp_path):
     async with process_cluster(tmp_path, reattach_s=0.5) as (cluster, process, worker):
-        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        running = worker.run(spec("t", "sleep 30"))
         await asyncio.sleep(0.3)
         process.send_signal(signal.SIGSTOP)
         try:
@@ -743,7 +740,7 @@ async def test_a_frozen_worker_misses_heartbeats_and_is_lost(tmp_path):
 
 async def test_sigterm_releases_a_worker_cleanly(tmp_path):
     async with process_cluster(tmp_path) as (cluster, process, worker):
-        running = asyncio.create_task(worker.run(spec("t", "sleep 30")))
+        running = worker.run(spec("t", "sleep 30"))
         await asyncio.sleep(0.3)
         process.send_signal(signal.SIGTERM)
         result = await asyncio.wait_for(running, 5)

@@ -96,9 +96,9 @@ class AttemptResult:
         simulated attempt, or one that never started)."""
         if not (self.stdout or self.stderr or self.node):
             return None
-        return {
-            "stdout": self.stdout.as_json(),
-            "stderr": self.stderr.as_json(),
+        return {  # an empty stream is none at all
+            "stdout": self.stdout.as_json() if self.stdout else None,
+            "stderr": self.stderr.as_json() if self.stderr else None,
             "node": self.node,
             "sandbox": self.sandbox or None,
         }

@@ -67,6 +67,8 @@ def size(workdir: Path, patterns: Sequence[str]) -> int:
 def prepare(workdir: Path, patterns: Sequence[str]) -> None:
     """Before an attempt: remove what ``patterns`` match, and make the directories leading to
     them, as far as their names are plain (never what a pattern itself matches)."""
+    if not patterns:
+        return
     remove(workdir, patterns)
     root = workdir.resolve()
     for pattern in _under(workdir, patterns):

@@ -31,6 +31,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from resource import RUSAGE_SELF, getrusage
 
 from backends import clock
 from learners.resources import Exhaustion, Resources
@@ -343,12 +344,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def high_water_rss() -> float:
-    """This process's largest RSS so far (MB): what a child it forks inherits as its own."""
-    with open("/proc/self/status", "rb") as f:
-        for line in f:
-            if line.startswith(b"VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    """This process's largest RSS so far (MB; Linux's ``VmHWM``): what a child it forks
+    inherits as its own."""
+    return getrusage(RUSAGE_SELF).ru_maxrss / 1024
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
