@@ -249,6 +249,7 @@ def test_a_task_that_takes_its_worker_down_fails_the_run_after_max_attempts(tmp_
     ), summary.error
     assert [a["outcome"] for a in attempts if a["task_id"] == "work.3"] == ["lost", "lost"]
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    assert not [p for p in tmp_path.glob(".leadtime/*/*") if p.is_dir()]  # no sandbox left
 
 
 def test_a_failed_run_quotes_its_task_s_output_a_line_each_and_escaped(tmp_path):

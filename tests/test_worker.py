@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import math
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -780,6 +781,38 @@ async def test_a_worker_leaves_nothing_on_the_nodes_scratch(tmp_path):
         assert await asyncio.wait_for(process.wait(), 5) == 0
         assert (kept / "t.0" / taskrun.STDERR).read_text() == "oops\n"
         assert not (tmp_path / "worker").exists()
+
+
+async def test_a_killed_worker_leaves_no_sandbox_on_the_nodes_scratch(tmp_path):
+    """SIGKILL of a worker (the OOM killer, a task that kills it) leaves its attempts'
+    sandboxes behind: its sentinel removes them with the root the worker made, once its
+    tasks are dead. A root it did not make is left as it was."""
+    for made in (True, False):
+        root = tmp_path / "worker"
+        if not made:
+            root.mkdir()
+        async with Cluster(tmp_path) as cluster:
+            kept = tmp_path / "run" / "kept"
+            process = await start_worker(
+                cluster.manager.address, tmp_path, "--keep-to", str(kept), env=SECRET_ENVIRON
+            )
+            worker = await asyncio.wait_for(cluster.joined.get(), 10)
+            running = worker.run(spec("t", "sleep 30"))
+            for _ in range(100):  # its sandbox is made
+                if (root / "t.0").exists():
+                    break
+                await asyncio.sleep(0.05)
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+            running.cancel()
+        for _ in range(100):  # the sentinel works once the worker is dead
+            if root.exists() != made:
+                break
+            await asyncio.sleep(0.05)
+        assert root.exists() is not made
+        if not made:  # not the worker's to remove, nor what was in it
+            assert (root / "t.0").is_dir()
+            shutil.rmtree(root)
 
 
 async def test_a_worker_process_without_a_manager_exits(tmp_path):

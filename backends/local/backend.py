@@ -366,8 +366,9 @@ class LocalBackend:
         codes = await asyncio.gather(*(self._wait(p) for p in pilot.processes))
         with contextlib.suppress(OSError):
             (self.run_dir / f"{pilot.request.name}.pilot").unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # its workers removed their roots, unless one stays
-            (self.run_dir / pilot.request.name).rmdir()
+        # Its workers' roots: each removed its own, or its sentinel does (a worker killed
+        # outright); nothing in them is meant to stay (kept sandboxes are in the run's kept/).
+        shutil.rmtree(self.run_dir / pilot.request.name, ignore_errors=True)
         state = self._final_state(pilot, codes)
         if state is JobState.FAILED:  # the reason Slurm would give, in this machine's words
             pilot.reason = pilot.start_error or f"workers exited with {list(codes)}"

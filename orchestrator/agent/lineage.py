@@ -18,7 +18,8 @@ carrying the attempt's token knows that nothing of it is left without listing ``
 few reads instead of hundreds on a busy node). :class:`Sentinel` covers the
 worker's own death: a small process forked before the worker runs anything, in a session of
 its own, which learns of the worker's end from a pipe the kernel closes however the worker
-died (SIGKILL included), then kills every process carrying the worker's token.
+died (SIGKILL included), then kills every process carrying the worker's token and removes
+the sandboxes the worker could not.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import ctypes
 import os
 import secrets
 import select
+import shutil
 import signal
 from collections.abc import Iterable
+from pathlib import Path
 
 ATTEMPT_TOKEN = "LEADTIME_ATTEMPT_TOKEN"
 WORKER_TOKEN = "LEADTIME_WORKER_TOKEN"
@@ -211,20 +214,21 @@ def _until_dead(pids: Iterable[int], within_ms: int = 500) -> None:
 
 
 class Sentinel:
-    """Kills the worker's processes once the worker is gone, however it went.
+    """Kills the worker's processes once the worker is gone, however it went, and removes
+    its ``scratch`` directory (if given: one nothing is meant to stay in).
 
     Start it before the worker runs anything (it forks: no threads may run yet). It holds
     the read end of a pipe whose write end only the worker has; when the worker ends the
     kernel closes that end and the sentinel wakes, sweeps, and exits.
     """
 
-    def __init__(self, worker_token: str) -> None:
+    def __init__(self, worker_token: str, scratch: Path | None = None) -> None:
         self.worker_token = worker_token
         read, self._write = os.pipe()  # neither end is inherited by the worker's tasks
         pid = os.fork()
         if pid == 0:  # the sentinel
             os.close(self._write)
-            _watch(read, worker_token)
+            _watch(read, worker_token, scratch)
         os.close(read)
         self.pid = pid
 
@@ -236,8 +240,9 @@ class Sentinel:
             os.waitpid(self.pid, 0)
 
 
-def _watch(pipe: int, worker_token: str) -> None:
-    """The sentinel's life: wait for the worker's end, sweep, exit without cleanup."""
+def _watch(pipe: int, worker_token: str, scratch: Path | None) -> None:
+    """The sentinel's life: wait for the worker's end, sweep, remove what a worker killed
+    outright left on the node's scratch (its attempts' sandboxes), exit without cleanup."""
     try:
         os.setsid()  # not in the worker's group: a kill of that group must not stop the sweep
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -245,5 +250,7 @@ def _watch(pipe: int, worker_token: str) -> None:
         while os.read(pipe, 1):
             pass
         Lineage().sweep(worker_token, worker=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     finally:
         os._exit(0)

@@ -730,7 +730,9 @@ def command(
         print(f"leadtime worker: error: {e}", file=sys.stderr)
         raise typer.Exit(EXIT_USAGE) from None
     code = EXIT_RELEASED
-    sentinel = Sentinel(options.token)  # before anything runs: no task outlives this process
+    # Before anything runs: no task outlives this process, nor its sandboxes a SIGKILL.
+    scratch = options.root if options.own_root and options.keep_to is not None else None
+    sentinel = Sentinel(options.token, scratch)
     adopt_orphans()  # what a task leaves stays below us: a look at our children finds it
     try:
         with contextlib.suppress(KeyboardInterrupt):
