@@ -220,10 +220,10 @@ class DecisionLog:
             if stage.causes == told or (not final and now - when < self._every_s):
                 continue
             self._told[name] = (Counter(stage.causes), now)
-            size = stage.last_allocation
-            sized = "" if size is None else f"; its tasks are now sized {amounts(size.as_dict())}"
+            size, going = stage.last_allocation, stage.phase.open
+            sized = f"; its tasks are now sized {amounts(size.as_dict())}" if size and going else ""
             n = sum(stage.causes.values())
-            attempts = f"{count(n, 'attempt')} did not succeed so far"
+            attempts = f"{count(n, 'attempt')} did not succeed" + (" so far" if going else "")
             self._say(now, f"stage {name}: {attempts} ({causes_text(stage.causes)}){sized}")
 
     def _say(self, t: float, text: str) -> None:

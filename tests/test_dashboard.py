@@ -135,7 +135,7 @@ def test_off_a_terminal_a_stage_s_trouble_is_logged_at_a_bounded_rate_and_once_a
             ends[:] = [engine]
 
         demo(observe)
-    told = r"^t\+(.+?)  stage simulate: (\d+) attempts? did not succeed so far \((\d+) memory"
+    told = r"^t\+(.+?)  stage simulate: (\d+) attempts? did not succeed(?: so far)? \((\d+) memory"
     lines = re.findall(told, out.getvalue(), re.M)
     assert len(lines) >= 2
     assert all(total == memory for _, total, memory in lines)  # all of them killed for memory
@@ -146,6 +146,18 @@ def test_off_a_terminal_a_stage_s_trouble_is_logged_at_a_bounded_rate_and_once_a
     gaps = [b - a for a, b in pairwise(seconds[:-1])]
     assert all(gap >= 300 - 1 for gap in gaps)  # the last line is the end's, whenever it comes
     assert "stage simulate: no wait learned yet" in out.getvalue()  # the decisions, as before
+
+
+def test_a_stage_s_trouble_told_at_the_end_of_its_run_is_not_so_far():
+    """Told first while the stage runs, then at the end, when it is over: its count is final,
+    and no size is what its tasks get now."""
+    out = io.StringIO()
+    with (log := DecisionLog(Console(file=out, width=200), every_s=1e9)):
+        demo(log)
+    told = [line for line in out.getvalue().splitlines() if "did not succeed" in line]
+    assert len(told) == 2
+    assert "did not succeed so far" in told[0] and "its tasks are now sized" in told[0]
+    assert re.search(r"stage simulate: \d+ attempts did not succeed \(\d+ memory\)$", told[1])
 
 
 def _seconds(text: str) -> float:
