@@ -148,13 +148,14 @@ class RemoteWorker:
             self._channel.send("drain")
         return await self.wait_closed()
 
-    async def shutdown(self) -> str:
-        """Release the worker now: its running attempts come back LOST; why it left."""
+    async def shutdown(self, why: str = "shut down while absent") -> str:
+        """Release the worker now: its running attempts come back LOST, for ``why`` if it is
+        away (it cannot say); why it left."""
         self.draining = True
         if self._channel is not None:
             self._channel.send("shutdown")
         elif self.alive:
-            self._leave("shut down while absent")
+            self._leave(why)
         return await self.wait_closed()
 
     async def wait_closed(self) -> str:

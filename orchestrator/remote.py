@@ -40,7 +40,7 @@ class RemoteWorkers:
         """The pilot's allocation ended: a worker still connected is told to leave now."""
         for worker in workers:
             if isinstance(worker, RemoteWorker) and worker.alive:
-                task = asyncio.ensure_future(worker.shutdown())
+                task = asyncio.ensure_future(worker.shutdown("its pilot ended"))
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
 

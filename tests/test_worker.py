@@ -724,6 +724,24 @@ async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
         assert (await cluster.left.get())[0] == worker.id
 
 
+async def test_a_killed_worker_s_attempt_is_lost_when_its_pilot_ends_and_says_so(tmp_path):
+    """The pilot of a worker that vanished ends before the worker's absence is given up:
+    its attempts are lost then, vanished, with both causes said in that order."""
+    async with process_cluster(tmp_path, reattach_s=60) as (cluster, process, worker):
+        running = worker.run(spec("t", "sleep 30"))
+        await asyncio.sleep(0.3)
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        for _ in range(500):  # its connection is seen closed
+            if worker.id not in cluster.manager.workers:
+                break
+            await asyncio.sleep(0.01)
+        await worker.shutdown("its pilot ended")
+        result = await asyncio.wait_for(running, 5)
+        assert result.outcome is Outcome.LOST and result.vanished
+        assert result.output_tail.endswith(", then its pilot ended")
+
+
 async def test_a_frozen_worker_misses_heartbeats_and_is_lost(tmp_path):
     async with process_cluster(tmp_path, reattach_s=0.5) as (cluster, process, worker):
         running = worker.run(spec("t", "sleep 30"))
