@@ -221,7 +221,8 @@ class DecisionLog:
                 continue
             self._told[name] = (Counter(stage.causes), now)
             size, going = stage.last_allocation, stage.phase.open
-            sized = f"; its tasks are now sized {amounts(size.as_dict())}" if size and going else ""
+            now_sized = size is not None and going
+            sized = f"; its tasks are now sized {amounts(size.as_dict())}" if now_sized else ""
             n = sum(stage.causes.values())
             attempts = f"{count(n, 'attempt')} did not succeed" + (" so far" if going else "")
             self._say(now, f"stage {name}: {attempts} ({causes_text(stage.causes)}){sized}")

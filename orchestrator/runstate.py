@@ -290,12 +290,12 @@ class RunState:
         tasks = {row["task_id"]: row for row in saved.tasks}
         for row in saved.attempts:
             self._restore_attempt(row)
-        for task_id, row in tasks.items():
-            self.task(task_id).crashes = row.get("crashes") or 0
         phases = {row["stage"]: Phase(row["state"]) for row in saved.stages}
         for stage in self.stages.values():
             for task in stage.tasks:
-                if tasks.get(task.task.id, {}).get("state") != TaskState.DONE:
+                row = tasks.get(task.task.id, {})
+                task.crashes = row.get("crashes") or 0
+                if row.get("state") != TaskState.DONE:
                     continue
                 gone = phases[stage.spec.name].open and footprint.missing(
                     self.workdir, task.task.outputs
