@@ -572,6 +572,16 @@ CORPUS = [
         command = "x {item}"  # <-
         count = 3
         """),
+    case("item's stem in outputs with count", "stage.a.tasks.outputs", "{item.stem} needs", """
+        name = "wf"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1 }
+        [stage.tasks]
+        command = "x"
+        count = 3
+        outputs = ["out/{item.stem}.txt"]  # <-
+        """),
     case("bad format spec", "stage.a.tasks.command", "bad format spec 'q'", """
         name = "wf"
         [[stage]]
@@ -1042,6 +1052,34 @@ def test_glob_items_are_sorted_paths_beside_the_file(tmp_path):
     assert w.stage("p").expand()[3].command == (
         f"mProjectPP '{data}/my image.fits' out/3.fits region.hdr"
     )
+
+
+def test_an_output_named_after_a_glob_item_uses_its_name(tmp_path):
+    (tmp_path / "data").mkdir()
+    for name in ["in1.txt", "in2.txt"]:
+        (tmp_path / "data" / name).write_text("")
+    path = tmp_path / "wf.toml"
+    stage = (
+        'name = "g"\n[[stage]]\nname = "sq"\nallocation = { cores = 1 }\n[stage.tasks]\n'
+        'command = "square {item} > out/sq_{item.name}"\nitems = { glob = "data/*.txt" }\n'
+    )
+    path.write_text(stage + 'outputs = ["out/sq_{item.name}", "out/{item.stem}.log"]\n')
+    tasks = load(path).stage("sq").expand()
+    assert tasks[1].command == f"square {tmp_path}/data/in2.txt > out/sq_in2.txt"
+    assert tasks[1].outputs == ("out/sq_in2.txt", "out/in2.log")
+
+    path.write_text(stage + 'outputs = ["out/sq_{item}"]\n')
+    with pytest.raises(SpecError) as e:
+        load(path)
+    assert e.value.line == 8 and e.value.field == "stage.sq.tasks.outputs[1]"
+    assert (
+        f"'out/sq_{{item}}' puts {{item}} after other text, but items here are absolute paths "
+        f"(such as '{tmp_path}/data/in1.txt'), so it would name a path that ends in the item's "
+        "whole path; for the item's file name write {item.name} ('out/sq_{item.name}')"
+    ) in e.value.message
+
+    path.write_text(stage + 'outputs = ["{item}.sq"]\n')  # beside the item: allowed
+    assert load(path).stage("sq").expand()[0].outputs == (f"{tmp_path}/data/in1.txt.sq",)
 
 
 def test_a_glob_over_files_an_earlier_stage_writes_is_refused_with_what_to_write_instead(

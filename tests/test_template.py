@@ -58,13 +58,38 @@ def test_literal_braces_and_stage():
     )
 
 
+@pytest.mark.parametrize(
+    ("item", "name", "stem"),
+    [
+        ("/data/run 1/in1.fits", "in1.fits", "in1"),
+        ("reads.fq.gz", "reads.fq.gz", "reads.fq"),
+        ("sample-7", "sample-7", "sample-7"),
+        ("/data/dir/", "dir", "dir"),
+        (".hidden", ".hidden", ".hidden"),
+    ],
+)
+def test_an_items_name_and_stem_are_its_path_s_as_pathlib_reads_it(item, name, stem):
+    assert render("{item.name}|{item.stem}", stage="s", index=0, item=item, quote=False) == (
+        f"{name}|{stem}"
+    )
+    assert shlex.split(render("x {item.name}", stage="s", index=0, item=item)) == ["x", name]
+
+
+def test_a_misspelt_items_name_is_pointed_to_the_right_placeholder():
+    hint = r"unknown placeholder \{name\} \(did you mean \{item.name\}\?\)"
+    with pytest.raises(ValueError, match=hint):
+        placeholders("out/{name}")
+
+
 def test_missing_item_is_an_error():
     with pytest.raises(ValueError, match=r"\{item\} has no value for task s.2"):
         render("x {item}", stage="s", index=2)
 
 
-SPECS = {"item": ["", ">12", "<3", ".2", "^9"], "index": ["", "03d", "x", ",", ".3e", "g", "+b"]}
-placeholder = st.sampled_from(["item", "index", "stage"]).flatmap(
+ITEM_SPECS = ["", ">12", "<3", ".2", "^9"]
+SPECS = {"item": ITEM_SPECS, "item.name": ITEM_SPECS, "item.stem": ITEM_SPECS}
+SPECS["index"] = ["", "03d", "x", ",", ".3e", "g", "+b"]
+placeholder = st.sampled_from(["item", "item.name", "item.stem", "index", "stage"]).flatmap(
     lambda name: st.sampled_from(SPECS.get(name, [""])).map(
         lambda spec: f"{{{name}:{spec}}}" if spec else f"{{{name}}}"
     )
@@ -72,7 +97,14 @@ placeholder = st.sampled_from(["item", "index", "stage"]).flatmap(
 literal = st.sampled_from(["run ", "--x=", " ", "'", "é", "{{", "}}"])
 
 
-@given(st.lists(placeholder | literal, max_size=8), st.lists(st.text(max_size=12), min_size=1))
+path_piece = st.sampled_from(["/", "a", ".", "b.c", " ", "é", "'"])
+path_like = st.lists(path_piece, max_size=6).map("".join)
+
+
+@given(
+    st.lists(placeholder | literal, max_size=8),
+    st.lists(st.text(max_size=12) | path_like, min_size=1),
+)
 def test_longest_is_the_longest_command_of_a_stage_of_items(parts, items):
     template = "".join(parts)
     rendered = [render(template, stage="st", index=i, item=item) for i, item in enumerate(items)]
@@ -94,8 +126,8 @@ def test_longest_finds_the_widest_index_without_rendering_them_all(specs, count)
 @given(
     st.sampled_from(
         ["t{item}*.x", "t*{item}.x", "t*{item}*.x", "t{item}.x", "t{item}?.x", "t[ab]{item}.x"]
-    ),
-    st.lists(st.text("ab1", min_size=1, max_size=3), min_size=1, max_size=6),
+    ).flatmap(lambda p: st.sampled_from([p, p.replace("item", "item.name")])),
+    st.lists(st.text("ab1/", min_size=1, max_size=4), min_size=1, max_size=6),
 )
 def test_a_clash_is_found_exactly_where_one_tasks_output_pattern_names_anothers_files(
     pattern, items

@@ -325,10 +325,10 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
         yield ("count",), "give either items or count, not both"
     elif t.items is None and t.count is None:
         yield (), "needs items (one task each) or count (that many tasks)"
-    elif t.items is None and "item" in template.placeholders(t.command):
-        yield ("command",), "{item} needs items, but this stage has a count"
-    elif t.items is None and any("item" in template.placeholders(o) for o in t.outputs):
-        yield ("outputs",), "{item} needs items, but this stage has a count"
+    elif t.items is None and (used := template.placeholders(t.command) & template.ITEM):
+        yield ("command",), f"{{{min(used)}}} needs items, but this stage has a count"
+    elif t.items is None and (used := _item_outputs(t.outputs)):
+        yield ("outputs",), f"{{{min(used)}}} needs items, but this stage has a count"
     elif t.size > 1 and (shared := _shared_outputs(t.outputs)):
         i, pattern = shared
         yield (
@@ -342,6 +342,29 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
             if found := template.clash(pattern, t.count or 0, t.items):
                 yield ("outputs", i), _clash_message(pattern, *found)
                 return
+            if t.items and (item := _absolute(t.items)) and template.item_within(pattern):
+                yield ("outputs", i), _item_within_message(pattern, item)
+                return
+
+
+def _item_outputs(outputs: tuple[str, ...]) -> set[str]:
+    """The placeholders of :data:`template.ITEM` that ``outputs`` use."""
+    return {name for o in outputs for name in template.placeholders(o) & template.ITEM}
+
+
+def _absolute(items: tuple[str, ...]) -> str | None:
+    """An item that is an absolute path (a glob gives only such items), if any."""
+    return next((item for item in items if item.startswith("/")), None)
+
+
+def _item_within_message(pattern: str, item: str) -> str:
+    named = pattern.replace("{item}", "{item.name}").replace("{item:", "{item.name:")
+    return (
+        f"{pattern!r} puts {{item}} after other text, but items here are absolute paths "
+        f"(such as {item!r}), so it would name a path that ends in the item's whole path; "
+        f"for the item's file name write {{item.name}} ({named!r}), or {{item.stem}} for "
+        "that name without its suffix"
+    )
 
 
 def _clash_message(pattern: str, name: str, a: str, b: str) -> str:
@@ -362,7 +385,7 @@ def _clash_message(pattern: str, name: str, a: str, b: str) -> str:
 def _shared_outputs(outputs: tuple[str, ...]) -> tuple[int, str] | None:
     """The first output pattern every task of a stage shares (no {index} or {item})."""
     for i, pattern in enumerate(outputs):
-        if not template.placeholders(pattern) & {"index", "item"}:
+        if not template.placeholders(pattern) & template.VARYING:
             return i, pattern
     return None
 

@@ -1,6 +1,9 @@
 """Command templates: ``"mProjectPP {item} proj/{index:04d}.fits region.hdr"``.
 
-Placeholders are ``{item}`` (the task's item), ``{index}`` (its 0-based place in
+Placeholders are ``{item}`` (the task's item), ``{item.name}`` and ``{item.stem}``
+(the item read as a path: its last component, and that without its last suffix, as
+:mod:`pathlib` has them: a glob's items are absolute paths, and an output named after
+one needs its name), ``{index}`` (its 0-based place in
 the stage), ``{stage}`` (the stage's name), ``{workdir}`` (the workflow's working
 directory) and ``{rundir}`` (the run's own directory, ``WORKDIR/.leadtime/RUN``),
 with an optional Python format spec (``{index:03d}``). In a command every
@@ -20,12 +23,26 @@ import itertools
 import re
 import shlex
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 from string import Formatter
 
 from workflows import bounds
 
-PLACEHOLDERS: tuple[str, ...] = ("item", "index", "stage", "workdir", "rundir")
-_EXAMPLE = {"item": "x", "index": 0, "stage": "s", "workdir": "/w", "rundir": "/w/.leadtime/r"}
+PLACEHOLDERS: tuple[str, ...] = (
+    "item",
+    "item.name",
+    "item.stem",
+    "index",
+    "stage",
+    "workdir",
+    "rundir",
+)
+ITEM: frozenset[str] = frozenset({"item", "item.name", "item.stem"})
+"""The placeholders a task's item gives: a stage of ``count`` tasks has none."""
+VARYING: frozenset[str] = ITEM | {"index"}
+"""The placeholders whose value differs from task to task."""
+_EXAMPLE = {"index": 0, "stage": "s", "workdir": "/w", "rundir": "/w/.leadtime/r"}
+_EXAMPLE |= dict.fromkeys(ITEM, "x")
 _PATH_MAX = 4096
 """The longest a directory placeholder may be, as the command's length is bounded."""
 _SPEC = re.compile(
@@ -94,7 +111,8 @@ def render(
 ) -> str:
     """``template`` with its placeholders replaced by their values, shell-quoted unless
     ``quote`` is false (an output pattern is a path, not a shell word)."""
-    values = {"item": item, "index": index, "stage": stage, "workdir": workdir, "rundir": rundir}
+    values = {"index": index, "stage": stage, "workdir": workdir, "rundir": rundir}
+    values |= item_values(item) if item is not None else dict.fromkeys(ITEM)
     out = []
     for literal, name, spec, _ in _pieces(template):
         out.append(literal)
@@ -107,6 +125,20 @@ def render(
     return "".join(out)
 
 
+def item_values(item: str) -> dict[str, str]:
+    """What each of :data:`ITEM` stands for, for ``item``."""
+    path = PurePosixPath(item)
+    return {"item": item, "item.name": path.name, "item.stem": path.stem}
+
+
+def item_within(pattern: str) -> bool:
+    """Whether ``{item}`` itself appears in ``pattern`` after anything else: where items are
+    absolute paths, such a pattern names a path within the working directory that ends in
+    the item's whole path (``out/sq_/data/in1.txt``)."""
+    pieces = _pieces(pattern)
+    return any(name == "item" and (k or literal) for k, (literal, name, _, _) in enumerate(pieces))
+
+
 def longest(template: str, *, stage: str, count: int, items: Sequence[str] | None) -> int:
     """At least the bytes (UTF-8) of the longest command ``template`` renders to in a stage of
     ``count`` tasks, one per item of ``items`` when given.
@@ -116,19 +148,19 @@ def longest(template: str, *, stage: str, count: int, items: Sequence[str] | Non
     widest values may belong to different tasks (it is then over by a few digits at most).
     """
     fixed = 0
-    item_specs: list[str] = []
+    item_uses: list[tuple[str, str]] = []
     for literal, name, spec, _ in _pieces(template):
         fixed += len(literal.encode())
         if name == "stage":
             fixed += _quoted_bytes(format(stage, spec or ""))
         elif name == "index":
             fixed += max(_quoted_bytes(format(i, spec or "")) for i in _widest_indices(count))
-        elif name == "item":
-            item_specs.append(spec or "")
+        elif name in ITEM:
+            item_uses.append((name, spec or ""))
         elif name in ("workdir", "rundir"):  # known only when the run starts: at most a path
             fixed += _PATH_MAX
-    if item_specs and items:
-        fixed += _widest_item(items, item_specs)
+    if item_uses and items:
+        fixed += _widest_item(items, item_uses)
     return fixed
 
 
@@ -136,15 +168,15 @@ def clash(pattern: str, count: int, items: Sequence[str] | None) -> tuple[str, s
     """Where output ``pattern`` of one task also names another task's files: its placeholder
     and the values it has in the two tasks; None if no two tasks clash.
 
-    Only a pattern in which one placeholder varies from task to task (``{index}`` or
-    ``{item}``) is looked at. Two of its tasks clash where their values are equal, or, where
+    Only a pattern in which one placeholder varies from task to task (``{index}`` or one of
+    :data:`ITEM`) is looked at. Two of its tasks clash where their values are equal, or, where
     the placeholder runs into a ``*``, where one value begins the other (``*`` after:
     ``tile1*`` matches ``tile10.fits``) or ends it (``*`` before), or, with a ``*`` on both
     sides, lies within it. Sorted, a value and one it begins lie side by side. (``?`` and
     ``[...]`` stand for one character: beside them, only equal values clash.)
     """
     pieces = _pieces(pattern)
-    varying = [k for k, piece in enumerate(pieces) if piece[1] in ("index", "item")]
+    varying = [k for k, piece in enumerate(pieces) if piece[1] in VARYING]
     if len(varying) != 1:
         return None
     k = varying[0]
@@ -154,7 +186,10 @@ def clash(pattern: str, count: int, items: Sequence[str] | None) -> tuple[str, s
     if name == "index" and not ends and not (spec and spec[-1] in "eEfFgG%"):
         return None  # whole numbers, written exactly: all different
     indices = range(count if items is None else len(items))
-    values = [format(v, spec or "") for v in (indices if name == "index" else items or ())]
+    if name == "index":
+        values = [format(i, spec or "") for i in indices]
+    else:
+        values = [format(item_values(item)[name], spec or "") for item in items or ()]
     if len(ends) == 2 and (a_b := _within(values)):  # *{item}*: one value within another
         return name, *a_b
     end = ends[0] if ends else 1  # read from the end where the * is before it
@@ -181,13 +216,17 @@ _UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)
 """What :func:`shlex.quote` quotes: anything else stays as it is."""
 
 
-def _widest_item(items: Sequence[str], specs: list[str]) -> int:
-    """Bytes the widest item takes in a command where it appears once per spec of ``specs``."""
-    if not any(specs) and all(items):
+def _widest_item(items: Sequence[str], uses: list[tuple[str, str]]) -> int:
+    """Bytes the widest item takes in a command where it appears once per use of ``uses``
+    (a placeholder of :data:`ITEM` and its format spec)."""
+    if all(use == ("item", "") for use in uses) and all(items):
         joined = "/".join(items)
         if joined.isascii() and not _UNSAFE.search(joined):  # nothing quoted: the longest
-            return len(specs) * max(map(len, items))
-    return max(sum(_quoted_bytes(format(item, spec)) for spec in specs) for item in items)
+            return len(uses) * max(map(len, items))
+    return max(
+        sum(_quoted_bytes(format(item_values(item)[name], spec)) for name, spec in uses)
+        for item in items
+    )
 
 
 def _widest_indices(count: int) -> list[int]:
