@@ -37,6 +37,7 @@ from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import (
     compare_tables,
+    headline,
     run_table,
     state_text,
     status_tables,
@@ -522,7 +523,7 @@ def status(
                 row["strategy"],
                 human.wall(row.get("created")),
                 _state(row),
-                _first_line(row.get("error") or ""),
+                headline(row.get("error") or ""),
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]) - 1)]
@@ -533,11 +534,6 @@ def status(
 
 LISTED = ("run_id", "workflow", "backend", "strategy", "status", "created", "ended", "error")
 """What ``status --json`` says of each run when it lists them."""
-
-
-def _first_line(text: str) -> str:
-    """A message's first line (a task's error goes on with its output's last lines)."""
-    return text.split("\n", 1)[0]
 
 
 def _record(run_id: str, db: Path | None) -> RunRecord:

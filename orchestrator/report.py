@@ -169,12 +169,32 @@ def _run_lines(status: Mapping[str, Any], now: float) -> Table:
         ("AWE", " · ".join(f"{r} {_share(v)}" for r, v in status["awe"].items())),
     ]
     if status.get("error"):
-        first, *more = status["error"].splitlines()
-        hint = f" ({len(more)} more lines in --json; `leadtime logs` shows a task's output)"
-        rows.append(("error", first + (hint if more else "")))
+        more = len(status["error"].splitlines()) - 1
+        hint = f" ({more} more lines in --json; `leadtime logs` shows a task's output)"
+        rows.append(("error", headline(status["error"]) + (hint if more else "")))
     for name, value in rows:
         grid.add_row(name, Text(value))
     return grid
+
+
+OUTPUT_LABELS = ("[stdout]", "[stderr]")
+"""What heads each of a task's output tails in its error."""
+
+
+def headline(error: str) -> str:
+    """An error's first line, for one row of a table. A task's error goes on with the last
+    lines of its output under their labels; where the first line ends at a label, the output's
+    last line (where a failing program most often says why) completes it, under its own."""
+    first, *more = error.splitlines() or [""]
+    if not first.endswith(OUTPUT_LABELS):
+        return first
+    label, said = first[first.rindex("[") :], None
+    for line in map(str.strip, more):
+        if line in OUTPUT_LABELS:
+            label = line
+        elif line:
+            said = f"{label} {line}"
+    return first if said is None else f"{first[: first.rindex('[')]}{said}"
 
 
 def _liveness(status: Mapping[str, Any], now: float) -> str:

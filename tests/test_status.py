@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from backends import clock
 from orchestrator.cli import DEMO_MOCK, app
 from orchestrator.human import duration, offset
+from orchestrator.report import headline
 from orchestrator.runs import Manager
 from orchestrator.session import RunConfig, run_simulated
 from orchestrator.store import Store
@@ -223,6 +224,31 @@ def test_a_failed_run_s_error_shows_its_first_line_and_json_all_of_it(tmp_path):
 
     clock.run(main(), virtual=False)
     text = status(db, "r2").output
-    assert "task a.0: failed 2 times (exit code 1): [stdout] (4 more lines in --json" in text
-    assert "oops" not in text
+    assert "task a.0: failed 2 times (exit code 1): [stderr] oops (4 more lines in --json" in text
+    assert "line 2" not in text
+    listed = status(db).output.splitlines()
+    assert listed[1].endswith("failed  task a.0: failed 2 times (exit code 1): [stderr] oops")
     assert json.loads(status(db, "r2", "--json").output)["error"] == error
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        ("pilot p ended: NODE_FAIL", "pilot p ended: NODE_FAIL"),
+        (
+            "task a.0: failed (exit code 2): [stdout]\nx\ny",
+            "task a.0: failed (exit code 2): [stdout] y",
+        ),
+        (
+            "t: failed: [stdout]\nx\n[stderr]\n  no such file \n\n",
+            "t: failed: [stderr] no such file",
+        ),
+        ("t: failed: [stdout]\n\n", "t: failed: [stdout]"),
+        ("t: killed: [leadtime] memory\n[stderr]\nz", "t: killed: [leadtime] memory"),
+        ("", ""),
+    ],
+)
+def test_an_errors_headline_ends_with_the_output_s_last_line_where_its_first_stops_at_a_label(
+    error, shown
+):
+    assert headline(error) == shown
