@@ -11,6 +11,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
+from learners.sizing.base import Bound, Unfittable
 from workflows.spec import Allocation
 
 _UNITS = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
@@ -97,21 +98,55 @@ def megabytes(mb: float) -> str:
     return f"{number(mb)} MB"
 
 
+def amount(resource: str, value: float) -> str:
+    """An amount of a task's resource: ``2 cores``, ``1.5 GB``, ``120 MB``, ``10 min``."""
+    if resource == "cores":
+        return f"{number(value)} {plural(value, 'core')}"
+    return duration(value) if resource == "wall" else megabytes(value)
+
+
 def amounts(values: Mapping[str, float | None]) -> str:
     """A task's allocation or peak: ``2 cores, 1.5 GB, 120 MB disk, 10 min``; the resources
     it has, in that order (wall time only when bounded)."""
     parts = []
-    cores, memory, disk = (values.get(r) for r in ("cores", "memory", "disk"))
-    if cores is not None:
-        parts.append(f"{number(cores)} {plural(cores, 'core')}")
-    if memory is not None:
-        parts.append(megabytes(memory))
-    if disk is not None:
-        parts.append(f"{megabytes(disk)} disk")
-    wall = values.get("wall")
-    if wall is not None and math.isfinite(wall):
-        parts.append(duration(wall))
+    for r in ("cores", "memory", "disk", "wall"):
+        value = values.get(r)
+        if value is not None and math.isfinite(value):
+            parts.append(amount(r, value) + (" disk" if r == "disk" else ""))
     return ", ".join(parts) or "-"
+
+
+_NAMES = {"wall": "wall time"}
+"""A resource as a message names it, where its key is not the word."""
+
+_COUNTED = {
+    "disk": "its scratch directory, where its stdout and stderr go, and its declared outputs",
+}
+"""What counts against a resource, where a user may not guess it."""
+
+
+def unfittable(e: Unfittable) -> str:
+    """Why a task can never run (its stage fails), in a user's terms: what it needed, what
+    bounds it, and what to change."""
+    r = e.resource
+    name = _NAMES.get(r, r)
+    if e.declares:
+        assert e.needed is not None
+        of = "" if r == "cores" else f" of {name}"
+        return (
+            f"declares {amount(r, e.needed)}{of}, more than a whole worker has "
+            f"({amount(r, e.limit)}): lower it, or give its stage larger nodes"
+        )
+    reached = ""
+    if e.needed is not None:
+        counted = f"; {_COUNTED[r]} count" if r in _COUNTED else ""
+        reached = f" (it reached {amount(r, e.needed)}{counted})"
+    if e.bound is Bound.DECLARED:
+        return (
+            f"needs more {name} than the {amount(r, e.limit)} its workflow declares{reached}: "
+            "a declared size is fixed; raise it, or leave it out to have leadtime size it"
+        )
+    return f"needs more {name} than a whole worker has, {amount(r, e.limit)}{reached}"
 
 
 def wall(epoch: float | None) -> str:

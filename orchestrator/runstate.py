@@ -30,7 +30,7 @@ from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, caus
 from orchestrator.breaker import Breaker
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.forecast import Durations
-from orchestrator.human import count
+from orchestrator.human import count, unfittable
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
@@ -643,7 +643,7 @@ class RunState:
                         )
                     except Unfittable as e:
                         stage.queue.popleft()
-                        self._fail(stage, task, str(e))
+                        self._fail(stage, task, unfittable(e))
                         break
                 expected = task.allocation.wall
                 if expected == float("inf"):

@@ -235,6 +235,23 @@ def test_a_failing_task_fails_its_stage_after_max_attempts(tmp_path):
     assert all(p.state == "COMPLETED" for p in summary.pilots)
 
 
+def test_a_task_whose_stdout_outgrows_its_declared_disk_fails_saying_what_counts(tmp_path):
+    """stdout goes to the attempt's scratch directory, on the node's disk, so it counts
+    against a declared ``disk``; a declared size is fixed, so the run fails at once and says
+    what counted and what to change."""
+    workflow = one_stage("spew", "head -c 30000000 /dev/zero", 1, cores=1)  # disk = 10 MB
+
+    summary, attempts = run_local(workflow, tmp_path)
+    assert summary.status == "failed"
+    assert [(a["outcome"], a["exhausted"]) for a in attempts] == [("exhausted", "disk")]
+    said = summary.error.removeprefix("task work.0: needs more disk than the 10 MB its ")
+    assert said.startswith("workflow declares (it reached ")
+    assert said.endswith(
+        " MB; its scratch directory, where its stdout and stderr go, and its declared outputs "
+        "count): a declared size is fixed; raise it, or leave it out to have leadtime size it"
+    )
+
+
 def test_a_task_that_takes_its_worker_down_fails_the_run_after_max_attempts(tmp_path):
     """A task that kills its worker, as one that crashes its node or wakes the OOM killer
     would, is not run again for ever: the worker vanishes without a word each time, and at

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 import orchestrator
 from backends import clock
+from learners.sizing.base import Bound, Unfittable
+from orchestrator import human
 from orchestrator.cli import DEMO_MOCK, app
 from orchestrator.htmlreport import run_page
 from orchestrator.human import duration, offset
@@ -313,3 +315,30 @@ def test_a_run_that_recorded_only_its_start_still_has_a_report():
     assert "No attempt ended." in page and "Every attempt that ended succeeded." in page
     assert _embedded(page)["makespan_s"] == 0.0
     assert re.search(r">a \(3 tasks\)</text>", page) and re.search(r">b \(3 tasks\)</text>", page)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            Unfittable("c", "memory", Bound.WORKER, 64_000, 70_200.5),
+            "needs more memory than a whole worker has, 64 GB (it reached 70 GB)",
+        ),
+        (
+            Unfittable("c", "memory", Bound.WORKER, 64_000),
+            "needs more memory than a whole worker has, 64 GB",
+        ),
+        (
+            Unfittable("c", "cores", Bound.WORKER, 28, 32, declares=True),
+            "declares 32 cores, more than a whole worker has (28 cores): lower it, or "
+            "give its stage larger nodes",
+        ),
+        (
+            Unfittable("c", "wall", Bound.DECLARED, 3600, 3600),
+            "needs more wall time than the 1 h its workflow declares (it reached 1 h): a "
+            "declared size is fixed; raise it, or leave it out to have leadtime size it",
+        ),
+    ],
+)
+def test_a_task_that_can_never_fit_is_told_in_a_users_units(error, said):
+    assert human.unfittable(error) == said

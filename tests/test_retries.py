@@ -78,5 +78,7 @@ def test_a_declared_wall_time_is_fixed_and_exceeding_it_fails_the_stage():
         make_sizer("exhaust", worker=Resources(8, 32000, 10_000)),
     )
     assert summary.status == "failed"
-    assert "needs more wall than the declared 60" in summary.error
+    assert "needs more wall time than the 1 min its workflow declares (it reached 1 min)" in (
+        summary.error
+    )
     assert [(a["outcome"], a["exhausted"]) for a in attempts] == [("exhausted", "wall")]

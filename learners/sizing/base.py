@@ -8,6 +8,7 @@ exceeding a resource only says "more than ``measured`` was needed".
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -34,9 +35,40 @@ class TaskFeatures:
     task count): a first guess that lets a stage's first tasks run side by side."""
 
 
+class Bound(enum.Enum):
+    """Whose amount a task cannot exceed."""
+
+    DECLARED = "the declared"
+    """The size the user fixed for the task."""
+    WORKER = "a whole worker's"
+    """All a worker it may run on has."""
+
+
 class Unfittable(ValueError):
     """The task needs more of a resource than it can ever get: more than a whole
-    worker has, or more than the size the user fixed."""
+    worker has, or more than the size the user fixed.
+
+    ``needed`` is what an attempt reached before it was stopped or, with ``declares``,
+    what the user fixed above a worker's; None where a step of memory failed."""
+
+    def __init__(
+        self,
+        category: str,
+        resource: str,
+        bound: Bound,
+        limit: float,
+        needed: float | None = None,
+        *,
+        declares: bool = False,
+    ) -> None:
+        self.category, self.resource, self.bound = category, resource, bound
+        self.limit, self.needed, self.declares = limit, needed, declares
+        reached = "" if needed is None else f" (reached {needed:g})"
+        if declares:
+            told = f"declares {resource} = {needed:g}, more than {bound.value} {limit:g}"
+        else:
+            told = f"needs more {resource} than {bound.value} {limit:g}{reached}"
+        super().__init__(f"task of category {category!r} {told}")
 
 
 @dataclass(frozen=True, slots=True)

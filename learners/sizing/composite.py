@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from learners.resources import PACKED, RESOURCES, Resource, Resources
-from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
+from learners.sizing.base import Bound, Exhaustion, Record, TaskFeatures, Unfittable
 from learners.sizing.history import History
 from learners.sizing.ksegments import Steps
 
@@ -218,16 +218,11 @@ class Composite:
         r = exhaustion.resource
         had = previous[r]
         if r in task.declared:
-            raise Unfittable(
-                f"task of category {task.category!r} needs more {r} than the declared "
-                f"{task.declared[r]:g} (reached {exhaustion.measured:g})"
-            )
+            declared = task.declared[r]
+            raise Unfittable(task.category, r, Bound.DECLARED, declared, exhaustion.measured)
         capacity = self.capacity(task)[r]
         if had >= capacity:
-            raise Unfittable(
-                f"task of category {task.category!r} needs more {r} than a whole worker has "
-                f"({capacity:g}; reached {exhaustion.measured:g})"
-            )
+            raise Unfittable(task.category, r, Bound.WORKER, capacity, exhaustion.measured)
         if r not in self.resources:
             raise ValueError(f"sizer {self.name!r} does not size {r}, so it cannot be exhausted")
         value = learner.retry(task, r, had, exhaustion.measured)
@@ -283,10 +278,8 @@ class Composite:
                 known = ", ".join(out)
                 raise ValueError(f"unknown resource {name!r} declared (known: {known})")
             if value > worker[name]:  # type: ignore[index]
-                raise Unfittable(
-                    f"task of category {task.category!r} declares {name} = {value:g}, more than "
-                    f"a whole worker has ({worker[name]:g})"  # type: ignore[index]
-                )
+                limit = worker[name]  # type: ignore[index]
+                raise Unfittable(task.category, name, Bound.WORKER, limit, value, declares=True)
             out[name] = value
         return Resources(**out)
 
@@ -339,10 +332,7 @@ class Composite:
             raise ValueError(f"sizer {self.name!r} has no step function for memory")
         capacity = self.capacity(task).memory
         if steps.over(failed_at + 1)[failed_at] >= capacity:
-            raise Unfittable(
-                f"task of category {task.category!r} needs more memory than a whole worker has "
-                f"({capacity:g})"
-            )
+            raise Unfittable(task.category, "memory", Bound.WORKER, capacity)
         return self._clip(task, learner.retry_steps(steps, failed_at))
 
     def _step_learner(self, task: TaskFeatures) -> StepLearner | None:
