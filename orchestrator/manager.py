@@ -216,10 +216,15 @@ class RemoteWorker:
         vanished = self._vanished
         if vanished is not None and vanished != reason:
             reason = f"{vanished}, then {reason}"
+        held = frozenset(task_id for task_id, _ in pending)
         for (task_id, attempt), (future, start) in pending.items():
             if not future.done():
                 why = f"worker left: {reason}"
-                ended = lost(task_id, attempt, now - start, why, vanished=vanished is not None)
+                if vanished is None:
+                    ended = lost(task_id, attempt, now - start, why)
+                else:
+                    beside = held - {task_id}
+                    ended = lost(task_id, attempt, now - start, why, vanished=True, beside=beside)
                 future.set_result(ended)
 
 

@@ -188,6 +188,7 @@ class Recorder:
             state=str(task.state),
             attempts=task.attempts,
             crashes=task.crashes,
+            beside=None if task.beside is None else sorted(task.beside),
         )
 
     def _attempt_key(self, task_id: str, attempt: int) -> dict[str, Any]:

@@ -83,6 +83,9 @@ class TaskRun:
     crashes: int = 0
     """Times its worker vanished while running it: at ``max_attempts`` the task fails, as
     one that takes its worker down would otherwise run again for ever."""
+    beside: frozenset[str] | None = None
+    """The other tasks its worker held each of those times (None before the first): when
+    the task reaches the limit, they may as well be what took its workers down."""
 
 
 @dataclass
@@ -295,6 +298,8 @@ class RunState:
             for task in stage.tasks:
                 row = tasks.get(task.task.id, {})
                 task.crashes = row.get("crashes") or 0
+                if (beside := row.get("beside")) is not None:
+                    task.beside = frozenset(beside)
                 if row.get("state") != TaskState.DONE:
                     continue
                 gone = phases[stage.spec.name].open and footprint.missing(
@@ -749,13 +754,16 @@ class RunState:
             task_run.allocation = spec.allocation
             if result.vanished and ran and self.running:
                 task_run.crashes += 1
+                seen = task_run.beside
+                task_run.beside = result.beside if seen is None else seen & result.beside
             if task_run.crashes >= task_run.task.max_attempts:
                 vanished, limit = count(task_run.crashes, "time"), task_run.task.max_attempts
                 self._fail(
                     stage,
                     task_run,
-                    f"its worker vanished while running it, {vanished} (last: {why}); a task "
-                    f"that takes its worker down runs at most max_attempts ({limit}) times",
+                    f"its worker vanished while running it, {vanished} (last: {why})"
+                    f"{_suspects(task_run.beside)}; a task that takes its worker down runs at "
+                    f"most max_attempts ({limit}) times",
                 )
             else:
                 self._requeue(stage, task_run)
@@ -858,6 +866,28 @@ class RunState:
 
 def _forecast_of(ends: Callable[[], dict[str, float]], stage: str) -> float | None:
     return ends().get(stage)
+
+
+SUSPECTS_SHOWN = 5
+"""Tasks named, at most, beside one whose workers vanished under it too often."""
+
+
+def _suspects(beside: frozenset[str] | None) -> str:
+    """The tasks that were on the worker each time, told: any of them may be the cause."""
+    if not beside:
+        return ""
+    names = sorted(beside, key=_task_order)
+    if len(names) > SUSPECTS_SHOWN:
+        listed = f"{', '.join(names[:SUSPECTS_SHOWN])} and {len(names) - SUSPECTS_SHOWN:,} more"
+    else:
+        listed = " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+    told = "was beside it each time: either" if len(names) == 1 else "were beside it each time: any"
+    return f", and {listed} {told} may be what took its workers down"
+
+
+def _task_order(task_id: str) -> tuple[str, int]:
+    stage, index = task_id.rsplit(".", 1)
+    return stage, int(index)
 
 
 def _fitted(task: TaskRun, worker: Resources) -> Resources | None:

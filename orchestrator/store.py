@@ -82,7 +82,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "tasks": (
         ("run_id", "task_id"),
-        ("stage", "category", "state", "attempts", "crashes"),
+        ("stage", "category", "state", "attempts", "crashes", "beside"),
     ),
     "attempts": (
         ("run_id", "task_id", "attempt"),
@@ -113,6 +113,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 _JSON = {
+    "beside",
     "options",
     "summary",
     "request",

@@ -3,12 +3,14 @@ changes and what it asks of the world outside."""
 
 from pathlib import Path
 
+import pytest
 from nodes import NODE, Node
 
 from backends.base import JobInfo, JobState
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
+from orchestrator import runstate
 from orchestrator.agent.attempt import AttemptResult, Outcome
 from orchestrator.events import AttemptEnded, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.planner import Phase, Submit, make_planner
@@ -166,11 +168,19 @@ def test_a_result_counts_once_and_a_lost_attempt_runs_again():
     assert ("a.1", 2) in [(s.task_id, s.attempt) for s in again]
 
 
-def lost_with(launch: Launch, *, vanished: bool) -> AttemptEnded:
+def lost_with(
+    launch: Launch, *, vanished: bool, beside: frozenset[str] = frozenset()
+) -> AttemptEnded:
     spec = launch.spec
     why = "[leadtime] worker left: disconnected" if vanished else "[leadtime] worker left: SIGTERM"
     result = AttemptResult(
-        spec.task_id, spec.attempt, Outcome.LOST, Resources(), output_tail=why, vanished=vanished
+        spec.task_id,
+        spec.attempt,
+        Outcome.LOST,
+        Resources(),
+        output_tail=why,
+        vanished=vanished,
+        beside=beside,
     )
     return AttemptEnded(launch.worker, spec, result)
 
@@ -223,6 +233,43 @@ def test_a_task_whose_worker_vanishes_under_it_max_attempts_times_fails_and_no_o
         "worker left: disconnected); a task that takes its worker down runs at most "
         "max_attempts (2) times"
     )
+
+
+def test_a_task_at_the_limit_names_the_tasks_its_workers_held_each_time_they_vanished():
+    """Every task a vanished worker was running counts the loss (HyperQueue's crash limit
+    does the same), so one that ran beside the culprit each time may reach the limit first:
+    the run's error names the tasks that were beside it every time, and no other."""
+    text = MANY.replace('memory = "100M", disk', 'memory = "100M", max_attempts = 2, disk', 1)
+    state, rows = new_state(text)
+    state.start()
+    started_pilot(state, "a", "7")
+    for n, others in enumerate([{"a.1", "a.2"}, {"a.1", "a.5"}]):
+        state.apply(WorkerJoined(Node(f"n{n}", "7")))
+        (launch,) = [x for x in state.place() if x.spec.task_id == "a.0"]
+        state.apply(WorkerLost(f"n{n}"))
+        state.apply(lost_with(launch, vanished=True, beside=frozenset(others)))
+        if n == 0:
+            assert state.task("a.0").beside == {"a.1", "a.2"}
+            resumed, _ = new_state(text)
+            resumed.restore(rows.saved())
+            assert resumed.task("a.0").beside == {"a.1", "a.2"}
+    assert state.status is Status.FAILED
+    assert state.error == (
+        "task a.0: its worker vanished while running it, 2 times (last: worker left: "
+        "disconnected), and a.1 was beside it each time: either may be what took its workers "
+        "down; a task that takes its worker down runs at most max_attempts (2) times"
+    )
+
+
+@pytest.mark.parametrize(
+    ("beside", "told"),
+    [
+        (["b.10", "b.9", "a.2"], "a.2, b.9 and b.10 were beside it each time: any"),
+        ([f"a.{i}" for i in range(8)], "a.0, a.1, a.2, a.3, a.4 and 3 more were beside it"),
+    ],
+)
+def test_the_tasks_beside_are_named_in_task_order_and_at_most_five(beside, told):
+    assert told in runstate._suspects(frozenset(beside))
 
 
 def test_a_failed_dependency_cancels_the_pilots_after_it_and_sends_workers_home():

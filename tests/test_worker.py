@@ -711,16 +711,20 @@ async def process_cluster(tmp_path, **kw):
                 await process.wait()
 
 
-async def test_a_killed_worker_process_loses_its_running_attempt(tmp_path):
+async def test_a_killed_worker_process_loses_its_running_attempts(tmp_path):
+    """Each attempt a vanished worker held is lost, vanished, naming the other tasks it held:
+    any of them may have taken it down."""
     async with process_cluster(tmp_path, reattach_s=0.5) as (cluster, process, worker):
         assert worker.pid == process.pid
         assert (await worker.run(spec("first", "true"))).outcome is Outcome.SUCCESS
-        running = worker.run(spec("t", "sleep 30"))
+        running = [worker.run(spec(name, "sleep 30")) for name in ("t", "u")]
         await asyncio.sleep(0.3)
         process.send_signal(signal.SIGKILL)
-        result = await asyncio.wait_for(running, 5)
-        assert result.outcome is Outcome.LOST and result.vanished  # the task may be the cause
-        assert "disconnected" in result.output_tail
+        results = await asyncio.wait_for(asyncio.gather(*running), 5)
+        for result, other in zip(results, ("u", "t"), strict=True):
+            assert result.outcome is Outcome.LOST and result.vanished  # it may be the cause
+            assert result.beside == {other}
+            assert "disconnected" in result.output_tail
         assert (await cluster.left.get())[0] == worker.id
 
 

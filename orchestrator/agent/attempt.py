@@ -90,6 +90,9 @@ class AttemptResult:
     vanished: bool = False
     """LOST as its worker vanished without a word while holding it (the manager's verdict,
     never sent by a worker): the task may have taken the worker down."""
+    beside: frozenset[str] = frozenset()
+    """With ``vanished``: the other tasks the worker held, any of which may have taken it
+    down instead."""
 
     def output(self) -> dict[str, Any] | None:
         """Its output and where it ran, as the store keeps them; None when it has none (a

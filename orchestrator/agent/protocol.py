@@ -591,7 +591,13 @@ def keys(message: dict) -> list[tuple[str, int]]:
 
 
 def lost(
-    task_id: str, attempt: int, wall: float, reason: str, *, vanished: bool = False
+    task_id: str,
+    attempt: int,
+    wall: float,
+    reason: str,
+    *,
+    vanished: bool = False,
+    beside: frozenset[str] = frozenset(),
 ) -> AttemptResult:
     """The result of an attempt whose worker left (or would not start it): says nothing
     about the task's needs."""
@@ -602,6 +608,7 @@ def lost(
         peak=Resources(wall=wall),
         output_tail=f"[leadtime] {reason}",
         vanished=vanished,
+        beside=beside,
     )
 
 
