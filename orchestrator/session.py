@@ -27,7 +27,7 @@ from learners.queue_wait import GEOMETRY_FIELDS
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
-from orchestrator import runs
+from orchestrator import runs, workdirlock
 from orchestrator.agent import protocol
 from orchestrator.agent import worker as agent
 from orchestrator.autoalloc import Node, with_fallbacks
@@ -175,6 +175,10 @@ async def execute(
         if backend is None and config.backend.workers is Workers.SIMULATED:
             backend = open_backend(config.backend, RunSite(dirs.run_dir))
         elif backend is None:
+            try:
+                stack.enter_context(workdirlock.holding(dirs.workdir, workflow.name, run_id))
+            except workdirlock.Busy as e:
+                raise SetupError(str(e)) from None
             run = await stack.enter_async_context(
                 run_manager(config.backend, dirs.run_dir, resumed=saved is not None)
             )

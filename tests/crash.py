@@ -140,7 +140,7 @@ class Crash:
 
     def runs(self) -> list[str]:
         runs = self.root / ".leadtime"
-        return sorted(p.name for p in runs.iterdir()) if runs.exists() else []
+        return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
 
     def done(self, prefix: str) -> int:
         """Outputs of stage ``prefix`` present now."""

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -375,6 +376,14 @@ def test_sigterm_ends_a_local_run_and_leaves_no_worker_behind(tmp_path):
         time.sleep(0.1)
     everything = manager.children(recursive=True)
     assert any(p.name() == "sleep" for p in everything)
+    again = subprocess.run(
+        [*LEADTIME, "run", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert again.returncode == 2  # the same workflow, the same directory: refused, and said why
+    assert f"workflow long is already running in {tmp_path}: run " in again.stderr
+    assert f" (its manager is pid {run.pid} on {socket.gethostname()}); two runs" in again.stderr
+    with contextlib.closing(sqlite3.connect(tmp_path / "db")) as db:  # nothing of it recorded
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=30)
     assert run.returncode == 130 and "interrupted" in err

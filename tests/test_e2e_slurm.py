@@ -304,7 +304,7 @@ def leadtime_run(tmp_path: Path, workflow: str, *options: str) -> subprocess.Pop
 def run_jobs(tmp_path: Path) -> Cluster:
     """The jobs of the one run started in ``tmp_path`` by the command line."""
     cluster = Cluster()
-    (run_dir,) = (tmp_path / "work" / ".leadtime").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "work" / ".leadtime").iterdir() if p.is_dir()]
     cluster.run_id, cluster.prefix = run_dir.name, f"lt-{run_dir.name}"
     return cluster
 
@@ -383,7 +383,7 @@ def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
     try:
         for _ in range(300):  # the task starts within seconds
             runs = tmp_path / "work" / ".leadtime"
-            if jobs is None and runs.exists() and any(runs.iterdir()):
+            if jobs is None and runs.exists() and any(p.is_dir() for p in runs.iterdir()):
                 jobs = run_jobs(tmp_path)
             if jobs and subprocess.run(["pgrep", "-fx", sleep], check=False).returncode == 0:
                 break
