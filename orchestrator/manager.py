@@ -220,11 +220,10 @@ class RemoteWorker:
         for (task_id, attempt), (future, start) in pending.items():
             if not future.done():
                 why = f"worker left: {reason}"
-                if vanished is None:
-                    ended = lost(task_id, attempt, now - start, why)
-                else:
-                    beside = held - {task_id}
-                    ended = lost(task_id, attempt, now - start, why, vanished=True, beside=beside)
+                beside = held - {task_id} if vanished is not None else frozenset()
+                ended = lost(
+                    task_id, attempt, now - start, why, vanished=vanished is not None, beside=beside
+                )
                 future.set_result(ended)
 
 
