@@ -42,6 +42,7 @@ from orchestrator.report import (
     state_text,
     status_tables,
     strategies_table,
+    workflow_lines,
 )
 from orchestrator.runrecord import RunRecord
 from orchestrator.runstatus import run_status
@@ -214,15 +215,27 @@ def _wait_estimate(text: str) -> str:
 def validate(
     file: Annotated[Path, typer.Argument(help="Workflow file (TOML).")],
     scale: Scale = None,
+    tasks: Annotated[
+        bool, typer.Option("--tasks", help="Show every task's command and outputs.")
+    ] = False,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="The working directory a run would have (as `run --workdir`)."),
+    ] = None,
 ) -> None:
-    """Check a workflow file; print what it contains. Exit code 2 when it is invalid."""
+    """Check a workflow file; print what it contains: each stage's pilot and tasks, and its
+    first task's command and outputs as a run fills them in. Exit code 2 when it is invalid."""
     workflow = load_workflow(file, scale)
-    tasks = sum(s.tasks.size for s in workflow.stages)
+    count = sum(s.tasks.size for s in workflow.stages)
     out.print(
         f"{escape(_printable(str(file)))}: workflow [bold]{workflow.name}[/], "
-        f"{len(workflow.stages)} stages, {tasks:,} tasks: valid",
+        f"{human.count(len(workflow.stages), 'stage')}, {count:,} {human.plural(count, 'task')}: "
+        "valid",
         soft_wrap=True,
     )
+    place = (workdir or workflow.workdir or Path.cwd()).absolute()
+    for line in workflow_lines(workflow, place, every=tasks):
+        out.print(_printable(line), soft_wrap=True, markup=False, highlight=False)
 
 
 @app.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from orchestrator import human
 from orchestrator.compare import Row, normalised
 from orchestrator.human import duration, offset, relative
 from orchestrator.summary import RunSummary
+from workflows.spec import Workflow
 
 
 def run_table(summary: RunSummary) -> Table:
@@ -115,6 +117,33 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
             f"{overhead[workflow, strategy]:,.2f}",
         )
     return [figures, averages]
+
+
+def workflow_lines(workflow: Workflow, workdir: Path, every: bool) -> list[str]:
+    """What ``leadtime validate`` shows of a workflow: each stage's pilot and tasks, and the
+    commands and outputs of its first task (``every``: of all), filled in as a run in
+    ``workdir`` fills them (its run directory written ``RUN_ID``), so a template can be checked
+    before anything runs."""
+    lines = []
+    for stage in workflow.stages:
+        t, a = stage.tasks, stage.allocation
+        after = f", after {' and '.join(stage.after)}" if stage.after else ""
+        pilot = "an automatic pilot" if a.auto else f"a pilot of {human.allocation(a)}"
+        sized = human.amounts(t.declared) if t.declared else "sized by leadtime"
+        lines.append(
+            f"stage {stage.name}{after}: {human.count(t.size, 'task')} on {pilot}; "
+            f"each task {sized}"
+        )
+        rundir = workdir / ".leadtime" / "RUN_ID"
+        shown = stage.expand(str(workdir), str(rundir), first=None if every else 1)
+        width = max((len(task.id) for task in shown), default=0)
+        for task in shown:
+            lines.append(f"  {task.id:<{width}}  {task.command}")
+            if task.outputs:
+                lines.append(f"  {'':<{width}}  outputs: {', '.join(task.outputs)}")
+        if len(shown) < t.size:
+            lines.append(f"  … {t.size - len(shown):,} more (--tasks shows every task)")
+    return lines
 
 
 def causes_text(causes: Mapping[str, int]) -> str:

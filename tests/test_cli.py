@@ -82,6 +82,36 @@ def test_validate_names_the_file_line_and_field(tmp_path):
     assert f"{bad}:5:" in text and "stage.a.allocation.cores" in text
 
 
+def test_validate_shows_each_stage_and_its_first_task_as_a_run_fills_it_in(tmp_path):
+    (tmp_path / "data").mkdir()
+    for name in ("b.txt", "a.txt", "c.txt"):
+        (tmp_path / "data" / name).write_text("")
+    path = tmp_path / "wf.toml"
+    path.write_text(
+        'name = "w"\n[[stage]]\nname = "sort"\nallocation = { cores = 2, time = "10m" }\n'
+        "tasks = { command = \"sort {item} > s/{item.name}; echo '\\u001b[2J'\", "
+        'items = { glob = "data/*.txt" }, outputs = ["s/{item.name}"], memory = "1G" }\n'
+        '[[stage]]\nname = "cat"\nallocation = "auto"\n'
+        'tasks = { command = "cat s/*.txt > {workdir}/all", count = 1 }\n'
+    )
+    done = CliRunner().invoke(app, ["validate", str(path), "--workdir", "/scratch/w"])
+    assert done.exit_code == 0, done.output
+    data = tmp_path / "data"
+    assert done.output.splitlines() == [
+        f"{path}: workflow w, 2 stages, 4 tasks: valid",
+        "stage sort: 3 tasks on a pilot of 2 cores, 10 min; each task 1 GB",
+        f"  sort.0  sort {data}/a.txt > s/a.txt; echo '\\x1b[2J'",
+        "          outputs: s/a.txt",
+        "  … 2 more (--tasks shows every task)",
+        "stage cat, after sort: 1 task on an automatic pilot; each task sized by leadtime",
+        "  cat.0  cat s/*.txt > /scratch/w/all",
+    ]
+    every = CliRunner().invoke(app, ["validate", str(path), "--tasks"]).output.splitlines()
+    assert [line.split()[0] for line in every[2:8:2]] == ["sort.0", "sort.1", "sort.2"]
+    assert every[6:8] == [f"  sort.2  sort {data}/c.txt > s/c.txt; echo '\\x1b[2J'",
+                          "          outputs: s/c.txt"]  # fmt: skip
+
+
 def test_the_queue_model_reaches_the_replay(cli, tmp_path):
     """The same offset of HPC2N under the easy and the site model: the pilots meet another
     queue."""

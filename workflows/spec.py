@@ -126,11 +126,14 @@ class Stage:
     after: tuple[str, ...] = ()
     simulate: Simulation | None = None
 
-    def expand(self, workdir: str = ".", rundir: str = ".leadtime") -> tuple[Task, ...]:
+    def expand(
+        self, workdir: str = ".", rundir: str = ".leadtime", first: int | None = None
+    ) -> tuple[Task, ...]:
         """The stage's concrete tasks, in order: one per item, or ``count`` of them, for a run
-        in ``workdir`` whose own directory is ``rundir``."""
+        in ``workdir`` whose own directory is ``rundir`` (only the ``first`` ones, if given)."""
         t = self.tasks
-        items: Iterable[str | None] = t.items if t.items is not None else [None] * (t.count or 0)
+        size = t.size if first is None else min(first, t.size)
+        items: Iterable[str | None] = t.items[:size] if t.items is not None else [None] * size
         places = {"workdir": workdir, "rundir": rundir}
         return tuple(
             Task(
