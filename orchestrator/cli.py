@@ -49,6 +49,7 @@ from orchestrator.runstatus import run_status
 from orchestrator.session import (
     ResumeError,
     RunConfig,
+    RunDirs,
     SetupError,
     collect_less,
     execute,
@@ -233,8 +234,8 @@ def validate(
         "valid",
         soft_wrap=True,
     )
-    place = (workdir or workflow.workdir or Path.cwd()).absolute()
-    for line in workflow_lines(workflow, place, every=tasks):
+    dirs = RunDirs.at(workdir or workflow.workdir, "RUN_ID")
+    for line in workflow_lines(workflow, dirs.workdir, dirs.run_dir, every=tasks):
         out.print(_printable(line), soft_wrap=True, markup=False, highlight=False)
 
 

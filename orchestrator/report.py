@@ -119,10 +119,10 @@ def compare_tables(rows: Sequence[Row]) -> list[Table]:
     return [figures, averages]
 
 
-def workflow_lines(workflow: Workflow, workdir: Path, every: bool) -> list[str]:
+def workflow_lines(workflow: Workflow, workdir: Path, rundir: Path, every: bool) -> list[str]:
     """What ``leadtime validate`` shows of a workflow: each stage's pilot and tasks, and the
     commands and outputs of its first task (``every``: of all), filled in as a run in
-    ``workdir`` fills them (its run directory written ``RUN_ID``), so a template can be checked
+    ``workdir`` whose own directory is ``rundir`` fills them, so a template can be checked
     before anything runs."""
     lines = []
     for stage in workflow.stages:
@@ -134,7 +134,6 @@ def workflow_lines(workflow: Workflow, workdir: Path, every: bool) -> list[str]:
             f"stage {stage.name}{after}: {human.count(t.size, 'task')} on {pilot}; "
             f"each task {sized}"
         )
-        rundir = workdir / ".leadtime" / "RUN_ID"
         shown = stage.expand(str(workdir), str(rundir), first=None if every else 1)
         width = max((len(task.id) for task in shown), default=0)
         for task in shown:
@@ -217,13 +216,14 @@ def headline(error: str) -> str:
     first, *more = error.splitlines() or [""]
     if not first.endswith(OUTPUT_LABELS):
         return first
-    label, said = first[first.rindex("[") :], None
+    cut = first.rindex("[")
+    label, said = first[cut:], None
     for line in map(str.strip, more):
         if line in OUTPUT_LABELS:
             label = line
         elif line:
             said = f"{label} {line}"
-    return first if said is None else f"{first[: first.rindex('[')]}{said}"
+    return first if said is None else f"{first[:cut]}{said}"
 
 
 def _liveness(status: Mapping[str, Any], now: float) -> str:

@@ -791,8 +791,8 @@ class RunState:
         self.status = Status.FAILED
 
     def task(self, task_id: str) -> TaskRun:
-        stage_name, index = task_id.rsplit(".", 1)
-        return self.stages[stage_name].tasks[int(index)]
+        stage_name, index = _task_place(task_id)
+        return self.stages[stage_name].tasks[index]
 
     # ---- stages ---------------------------------------------------------------
 
@@ -876,7 +876,7 @@ def _suspects(beside: frozenset[str] | None) -> str:
     """The tasks that were on the worker each time, told: any of them may be the cause."""
     if not beside:
         return ""
-    names = sorted(beside, key=_task_order)
+    names = sorted(beside, key=_task_place)
     if len(names) > SUSPECTS_SHOWN:
         listed = f"{', '.join(names[:SUSPECTS_SHOWN])} and {len(names) - SUSPECTS_SHOWN:,} more"
     else:
@@ -885,7 +885,8 @@ def _suspects(beside: frozenset[str] | None) -> str:
     return f", and {listed} {told} may be what took its workers down"
 
 
-def _task_order(task_id: str) -> tuple[str, int]:
+def _task_place(task_id: str) -> tuple[str, int]:
+    """A task's stage and index, read from its id (``project.12``)."""
     stage, index = task_id.rsplit(".", 1)
     return stage, int(index)
 

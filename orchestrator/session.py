@@ -316,7 +316,12 @@ class RunDirs:
 
     @classmethod
     def of(cls, workflow: Workflow, config: RunConfig, run_id: str) -> RunDirs:
-        workdir = (config.workdir or workflow.workdir or Path.cwd()).absolute()
+        return cls.at(config.workdir or workflow.workdir, run_id)
+
+    @classmethod
+    def at(cls, workdir: Path | None, run_id: str) -> RunDirs:
+        """Run ``run_id``'s directories in ``workdir`` (None: the current directory)."""
+        workdir = (workdir or Path.cwd()).absolute()
         return cls(workdir, workdir / ".leadtime" / run_id)
 
 
