@@ -240,7 +240,7 @@ def test_a_task_whose_stdout_outgrows_its_declared_disk_fails_saying_what_counts
     """stdout goes to the attempt's scratch directory, on the node's disk, so it counts
     against a declared ``disk``; a declared size is fixed, so the run fails at once and says
     what counted and what to change."""
-    workflow = one_stage("spew", "head -c 30000000 /dev/zero", 1, cores=1)  # disk = 10 MB
+    workflow = one_stage("spew", "head -c 30000000 /dev/zero; sleep 2", 1, cores=1)  # 10 MB disk
 
     summary, attempts = run_local(workflow, tmp_path)
     assert summary.status == "failed"
