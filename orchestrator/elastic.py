@@ -164,6 +164,24 @@ def split(low: int, high: int, cuts: set[int], node_cores: int) -> list[int]:
     return units
 
 
+@dataclass
+class Kept:
+    """The units a pass keeps, each until its fate: the cores they hold at a moment. Every
+    unit kept counts now, whatever its fate; later, only those kept until then, so a width
+    needed after a unit goes is acquired again, and kept once acquired."""
+
+    now: float
+    units: list[tuple[float, int]] = field(default_factory=list)
+    """(until when, cores) of each unit kept."""
+
+    def add(self, until: float, cores: int) -> None:
+        self.units.append((until, cores))
+
+    def at(self, t: float) -> int:
+        """The cores held at ``t``."""
+        return sum(c for until, c in self.units if until > t or t <= self.now + DUE)
+
+
 @dataclass(frozen=True, slots=True)
 class Fate:
     """Until when a unit is kept, and why it goes then (or why it is held though idle)."""
@@ -212,26 +230,24 @@ class Elastic:
         profile = Profile.of(now, self._spans(now, stages))
         actions: list[Submit | Cancel | Release] = []
         notes: list[str] = []
-        # (until when, cores) of the units kept: a unit is let go where its width is next not
-        # needed and holding it through that gap costs more than acquiring it again.
-        kept: list[tuple[float, int]] = []
-        base = 0
+        # The units kept, each until a unit is let go where its width is next not needed and
+        # holding it through that gap costs more than acquiring it again.
+        kept = Kept(now)
         for unit in sorted(pilots, key=_coverage_order):
-            fate = self._fate(unit, base, profile, now)
+            fate = self._fate(unit, kept, profile, now)
             if fate.until <= now + DUE and not unit.busy:
                 action = Release if unit.started else Cancel
                 actions.append(action(unit.pilot_id, fate.why))
                 continue
             if fate.held is not None:
                 notes.append(f"pilot {unit.pilot_id}: {fate.held}")
-            base += unit.cores
-            kept.append((fate.until, unit.cores))
+            kept.add(fate.until, unit.cores)
         wake: list[float] = []
         limit = longest_path(open_)
         planned = 0
         for t in profile.points:
             width = profile.need(t)
-            have = planned + sum(c for until, c in kept if until > t or t <= now + DUE)
+            have = planned + kept.at(t)
             if width <= have:
                 continue
             serves = [stages[s] for s in profile.stages_from(t)]
@@ -270,12 +286,13 @@ class Elastic:
         """The cost of a second of ``cores`` idle, in seconds of makespan."""
         return self.cost * cores / 3600.0
 
-    def _fate(self, unit: PilotView, base: int, profile: Profile, now: float) -> Fate:
-        """Until when ``unit`` is kept, covering the width above ``base`` cores: through
-        every gap in which that width is not needed that is cheaper to hold than to acquire
-        again; a pending unit, while any width it covers is needed."""
+    def _fate(self, unit: PilotView, below: Kept, profile: Profile, now: float) -> Fate:
+        """Until when ``unit`` is kept, covering the width above the units kept ``below``
+        it (at each moment, those still kept then): through every gap in which that width is
+        not needed that is cheaper to hold than to acquire again; a pending unit, while any
+        width it covers is needed."""
         points = profile.points
-        above = [profile.need(t) - base for t in points]
+        above = [profile.need(t) - below.at(t) for t in points]
         needed = [width > 0 for width in above]
         if not unit.started:
             if any(needed):

@@ -162,6 +162,33 @@ def test_a_wide_unit_left_alone_for_a_narrow_stage_is_swapped_for_a_narrow_one_i
     assert of(Release, planner(wait=0.0).decide(1200.0, short, alone)) == []
 
 
+def test_what_a_pass_submits_the_next_pass_keeps():
+    """Units running now but given back before a later wide stage do not cover it: the
+    width that stage adds is submitted, and the next pass, at the same moment, neither
+    cancels what was submitted nor submits it again (they did, over and over, in a run
+    whose units of 7 cores were released for a narrow stage: 42,000 pilots in no time)."""
+    stages = chain(
+        (WIDE, Phase.RUNNING, 22, 1000.0),
+        (NARROW, Phase.WAITING, 1, 3000.0),
+        (WIDE, Phase.WAITING, 27, None),
+    )
+    held = [
+        unit("u0", 1, busy=True, allocation=NARROW),
+        *(unit(f"u{i}", 7, busy=True) for i in (1, 2, 3)),
+        unit("p", 6, started=False),
+    ]
+    elastic = planner(wait=3000.0, cost=3000.0)
+    first = elastic.decide(500.0, stages, held)
+    submitted = of(Submit, first)
+    assert sum(s.allocation.cores for s in submitted) == 27 - 1 - 6
+    pending = [
+        PilotView(f"n{i}", s.stages, False, False, allocation=s.allocation)
+        for i, s in enumerate(submitted)
+    ]
+    again = elastic.decide(500.0, stages, [*held, *pending])
+    assert of(Cancel, again) == [] and of(Submit, again) == []
+
+
 def test_a_unit_no_stage_needs_again_goes_and_a_pending_one_is_cancelled():
     stages = chain((WIDE, Phase.DONE, 0, None), (NARROW, Phase.RUNNING, 1, None))
     held = [
