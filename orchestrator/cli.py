@@ -32,7 +32,7 @@ from orchestrator.backend_flags import Options
 from orchestrator.command import App
 from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
-from orchestrator.elastic import DEFAULT_COST
+from orchestrator.elastic import DEFAULT_COST, Unit
 from orchestrator.engine import Observer, Refused
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import (
@@ -162,6 +162,15 @@ Cost = Annotated[
         'end), and allocation = "auto" weighs a wider pilot\'s speed against its idle cores.',
     ),
 ]
+UnitOption = Annotated[
+    str,
+    typer.Option(
+        "--unit",
+        help="elastic: the most cores one pilot holds: task (one task's cores: the narrowest, "
+        "which the scheduler's backfill starts soonest), node (a node's, for partitions that "
+        "allocate whole nodes), or a number of cores (whole tasks, at most a node).",
+    ),
+]
 LearnerScope = Annotated[
     str | None,
     typer.Option(
@@ -199,6 +208,15 @@ def _cost(seconds: float) -> float:
     if not seconds >= 0:
         fail(f"--cost {seconds:g}: expected seconds of makespan per core-hour, 0 or more")
     return seconds
+
+
+def _unit(text: str) -> Unit:
+    """``--unit``: task, node or a number of cores."""
+    if text in ("task", "node"):
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    fail(f"--unit {text}: expected task, node or a number of cores (1 or more)")
 
 
 def _wait_estimate(text: str) -> str:
@@ -256,6 +274,7 @@ def run(
     share: Share = True,
     idle_cancel: IdleCancel = 600.0,
     cost: Cost = DEFAULT_COST,
+    unit: UnitOption = "task",
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -299,6 +318,7 @@ def run(
         workdir=workdir,
         learner_scope=learner_scope,
         **_sizer(sizer),
+        unit=_unit(unit),
     )
     if resume and (previous := _unfinished(workflow, db)) is not None:
         err.print(f"resuming run {previous} of {file}", highlight=False, markup=False)
@@ -743,6 +763,7 @@ def compare(
     share: Share = True,
     idle_cancel: IdleCancel = 600.0,
     cost: Cost = DEFAULT_COST,
+    unit: UnitOption = "task",
     seed: Seed = 0,
     db: Annotated[
         Path | None,
@@ -782,6 +803,7 @@ def compare(
         cost=_cost(cost),
         backend=mock,
         **_sizer(sizer),
+        unit=_unit(unit),
     )
     mock = config.backend
     assert isinstance(mock, MockOptions)

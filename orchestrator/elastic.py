@@ -1,24 +1,29 @@
 """``elastic``: one allocation planned across stage boundaries, grown and shrunk a unit at a time.
 
-A *unit* is a pilot of one node, or of part of one. The width a run holds is a set of units, so
-growing it submits only the width added and shrinking it gives back a whole unit, a plain
-cancel of one job, while the others run on. Every unit serves every stage that runs while it
-lives (the pool lets a worker take any stage's task): a unit is reused across stage boundaries.
+A *unit* is a pilot of one task's cores by default (``--unit``: of a node's, or of a number of
+cores, whole tasks in any case). The width a run holds is a set of units, so growing it submits
+only the width added and shrinking it gives back a whole unit, a plain cancel of one job, while
+the others run on. Every unit serves every stage of its place (partition, account, QOS) that
+runs while it lives (the pool lets a worker take any stage's task): a unit is reused across
+stage boundaries. A narrow unit is also the one the scheduler's backfill starts soonest, in
+the gaps a wide job cannot use.
 
 From the stages' widths (what their remaining tasks can use at once, at most their
 allocation) and their forecast starts and ends, the planner draws the width the run needs over
 time, and on each pass
 
-- keeps the units that width needs now;
+- keeps the units that width needs now, and lets go of those too small for any task left;
 - weighs, for each idle unit not needed now, holding it until it is needed next (its idle
   core-hours) against releasing it and acquiring it again (the expected delay and early start
   of a new one), by the cost ``makespan + lambda x core-hours``;
 - gives back, by the same cost, an idle unit of which the width needs only part (a narrow
   stage whose own unit is gone), for a unit as wide as that part;
 - acquires ahead, with no dependency (so it ages in the queue under any priority), the width it
-  will need: a unit of ``c`` cores needed at ``t`` is submitted at ``t - L``, ``L`` the
-  quantile ``1 / (1 + lambda c / 3600)`` of its learned wait. That is the newsvendor's choice:
-  a second late costs a second of makespan, a second early ``lambda c / 3600``;
+  will need: the units of a width of ``W`` cores needed at ``t`` are submitted at ``t - L``,
+  ``L`` the quantile ``1 / (1 + lambda W / 3600)`` of their learned wait. That is the
+  newsvendor's choice: a unit of ``c`` cores late by a second delays the run by about
+  ``c / W`` of a second (the other units work meanwhile), early by a second it idles
+  ``lambda c / 3600`` seconds' worth of core-hours;
 - cancels pending units no longer needed.
 
 ``lambda = 0`` holds everything from the start (Big Job's makespan); a large ``lambda``
@@ -29,11 +34,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from backends import clock
-from backends.base import SubmitError
 from learners.resources import Resources
 from orchestrator.human import count, duration, offset
 from orchestrator.planner import (
@@ -54,11 +60,19 @@ from workflows.spec import Allocation
 DEFAULT_COST = 3000.0
 """lambda, in seconds of makespan a core-hour is worth (see docs/elastic.md for the curve)."""
 
+MAX_UNITS = 100
+"""Units a place holds at most while its width is at its widest: a wider width gets units of
+several tasks each (a site caps the jobs a user may queue; Nextflow's Slurm executor keeps at
+most 100 jobs queued by default, its ``queueSize``)."""
+
 CHURN_S = 60.0
 """A unit is given back for a gap only if the gap is longer than this: one given back and
 acquired again sooner saves less than a new pilot's start costs (its workers joining, the
 scheduler's cycle), and a certain wait of zero would otherwise have it go and come back
 forever."""
+
+Unit = int | Literal["task", "node"]
+"""How wide a unit is at most: one task's cores, a node's, or a number of cores."""
 
 WaitLaw = Callable[[Allocation], Sequence[tuple[float, float]]]
 """The learned distribution of an allocation's queue wait: (wait in seconds, probability)."""
@@ -153,14 +167,14 @@ def again_cost(law: Sequence[tuple[float, float]], k: float, within: float) -> f
     return acquire_cost(law, k, min(lead(law, k), within))
 
 
-def split(low: int, high: int, cuts: set[int], node_cores: int) -> list[int]:
-    """The units that grow a width from ``low`` to ``high`` cores: cut at ``cuts``, each at most
-    a node."""
+def split(low: int, high: int, cuts: set[int], size: int, task: int = 1) -> list[int]:
+    """The units that grow a width from ``low`` to ``high`` cores: cut at ``cuts``, each of
+    at most ``size`` cores, a multiple of ``task``'s (``size`` is one): whole tasks fit."""
     edges = [low, *sorted(c for c in cuts if low < c < high), high]
     units: list[int] = []
     for a, b in itertools.pairwise(edges):
-        whole, rest = divmod(b - a, node_cores)
-        units += [node_cores] * whole + ([rest] if rest else [])
+        whole, rest = divmod(b - a, size)
+        units += [size] * whole + ([-(-rest // task) * task] if rest else [])
     return units
 
 
@@ -200,41 +214,58 @@ class Elastic:
     node: Resources
     cost: float = DEFAULT_COST
     name: str = "elastic"
+    unit: Unit = "task"
+    """The most cores a unit holds: one task's, a node's, or a number (whole tasks, at most a
+    node)."""
     _said: PlannedMoments = field(default_factory=PlannedMoments)
     fit = None
     """Automatic allocations keep their fallback: units are planned from the run's width."""
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
-        """Each stage's unit as wide as it or a node, with its memory: what may be submitted
-        (a refusal names the stage). Every unit serves every stage, so the stages must agree
-        on where their pilots go."""
-        places = {(v.allocation.partition, v.allocation.account, v.allocation.qos) for v in stages}
-        if len(places) > 1:
-            raise SubmitError(
-                "elastic serves every stage from the same pilots, but the stages ask for "
-                "different partitions, accounts or QOS: choose another --strategy",
-                "partition",
-            )
+        """Each stage's unit, with its memory: what may be submitted (a refusal names the
+        stage)."""
         limit = longest_path(stages)
-        node = int(self.node.cores)
-        return [
-            Submit((v.name,), self._unit(min(v.allocation.cores, node), [v], limit)) for v in stages
+        units = [
+            (v, min(v.allocation.cores, self._size([v], v.allocation.cores)[0])) for v in stages
         ]
+        return [Submit((v.name,), self._unit(cores, [v], limit)) for v, cores in units]
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
     ) -> Plan:
-        open_ = [v for v in stages.values() if v.phase.open]
-        if not open_:
+        """The plan of every place (partition, account and QOS) the stages ask for: each
+        place's units serve its stages, planned from their width alone."""
+        if not any(v.phase.open for v in stages.values()):
             return Plan()
-        profile = Profile.of(now, self._spans(now, stages))
+        places = {_place(v.allocation) for v in stages.values() if v.phase.open}
+        places |= {_place(p.allocation) for p in pilots if p.allocation is not None}
+        plans = [
+            self._decide(now, stages, place, [p for p in pilots if _place(p.allocation) == place])
+            for place in sorted(places, key=str)
+        ]
+        wake = [p.wake_at for p in plans if p.wake_at is not None]
+        return Plan(
+            tuple(a for p in plans for a in p.actions),
+            min(wake, default=None),
+            tuple(n for p in plans for n in p.notes),
+        )
+
+    def _decide(
+        self,
+        now: float,
+        stages: Mapping[str, StageView],
+        place: Place,
+        pilots: Sequence[PilotView],
+    ) -> Plan:
+        open_ = [v for v in stages.values() if v.phase.open and _place(v.allocation) == place]
+        profile = Profile.of(now, self._spans(now, stages, place))
         actions: list[Submit | Cancel | Release] = []
         notes: list[str] = []
         # The units kept, each until a unit is let go where its width is next not needed and
         # holding it through that gap costs more than acquiring it again.
         kept = Kept(now)
         for unit in sorted(pilots, key=_coverage_order):
-            fate = self._fate(unit, kept, profile, now)
+            fate = self._fate(unit, kept, profile, now) if self._useful(unit, open_) else _SMALL
             if fate.until <= now + DUE and not unit.busy:
                 action = Release if unit.started else Cancel
                 actions.append(action(unit.pilot_id, fate.why))
@@ -243,7 +274,8 @@ class Elastic:
                 notes.append(f"pilot {unit.pilot_id}: {fate.held}")
             kept.add(fate.until, unit.cores)
         wake: list[float] = []
-        limit = longest_path(open_)
+        limit = longest_path(open_) if open_ else 0.0
+        peak = max(profile.need(t) for t in profile.points)
         planned = 0
         for t in profile.points:
             width = profile.need(t)
@@ -251,40 +283,82 @@ class Elastic:
             if width <= have:
                 continue
             serves = [stages[s] for s in profile.stages_from(t)]
+            size, task = self._size(serves, peak)
+            units = Counter(split(have, width, profile.levels(t), size, task))
             # The widest first: in a FIFO queue a narrow unit must not take a core of the hole
             # the wide one waits for.
-            cuts = split(have, width, profile.levels(t), int(self.node.cores))
-            for i, cores in enumerate(sorted(cuts, reverse=True)):
+            for cores, n in sorted(units.items(), reverse=True):
                 allocation = self._unit(cores, serves, limit)
-                ahead = lead(self.law(allocation), self._k(cores))
+                ahead = lead(self.law(allocation), self._k(width))
                 due = t - ahead
-                needed = f"{count(cores, 'core')} needed at {offset(t)}"
+                needed = f"{count(n * cores, 'core')} needed at {offset(t)}"
+                if n > 1:
+                    needed += f" ({n} pilots of {count(cores, 'core')})"
                 if due > now + DUE:
                     wake.append(due)
-                    subject = f"the unit {i} of {cores} cores above {planned + have}"
+                    subject = f"{place}: {n} units of {cores} cores above {planned + have}"
                     if self._said.worth_saying(subject, due, now):
                         notes.append(
                             f"{needed}: submitting at {offset(due)} ({duration(ahead)} ahead)"
                         )
                     continue
-                _, prediction = self.predict(allocation)
-                actions.append(
-                    Submit(
-                        tuple(v.name for v in serves),
-                        allocation,
-                        predicted_wait=ahead,
-                        prediction=prediction,
+                for _ in range(n):
+                    _, prediction = self.predict(allocation)
+                    actions.append(
+                        Submit(
+                            tuple(v.name for v in serves),
+                            allocation,
+                            predicted_wait=ahead,
+                            prediction=prediction,
+                        )
                     )
-                )
                 notes.append(
                     f"{needed}: submitting now (planned {duration(ahead)} ahead, no dependency)"
                 )
-            planned += width - have
+            planned += sum(units.elements())
         return Plan(tuple(actions), min(wake, default=None), tuple(notes))
+
+    def _size(self, serves: Sequence[StageView], peak: int) -> tuple[int, int]:
+        """The cores of a unit that serves ``serves``, and of the widest task of theirs: one
+        task's by default, the smallest pilot the scheduler can start in a gap (backfill
+        starts a narrow job sooner: docs/elastic.md); with :attr:`unit`, as many whole tasks as
+        fit in it; a node at most. A place whose width reaches ``peak`` cores holds at most
+        :data:`MAX_UNITS` units: wider, each unit holds more tasks."""
+        node = int(self.node.cores)
+        task = min(node, max(math.ceil(v.task.cores - 1e-9) for v in serves))
+        most = {"task": task, "node": node}.get(self.unit, self.unit)
+        assert isinstance(most, int)
+        most = max(most, -(-peak // MAX_UNITS))
+        return max(task, min(most, node) // task * task), task
+
+    def _useful(self, unit: PilotView, stages: Sequence[StageView]) -> bool:
+        """Whether ``unit`` holds a task of some stage still open: a unit cut for tasks that
+        have since grown (their memory, after a kill) would otherwise count as width held while
+        no task fits it."""
+        assert unit.allocation is not None  # every unit has one
+        if not stages:
+            return True  # its fate lets it go: no stage needs it again
+        memory = unit.allocation.memory_mb
+        if memory is None:
+            memory = self.node.memory * unit.cores / self.node.cores
+        return any(
+            math.ceil(v.task.cores - 1e-9) <= unit.cores and v.task.memory <= memory + 1e-9
+            for v in stages
+        )
 
     def _k(self, cores: int) -> float:
         """The cost of a second of ``cores`` idle, in seconds of makespan."""
         return self.cost * cores / 3600.0
+
+    def _again(
+        self, law: Sequence[tuple[float, float]], cores: int, above: int, need: int, within: float
+    ) -> float:
+        """The expected cost, in seconds of makespan, of a unit of ``cores`` acquired again
+        ``within`` seconds from now, for a moment the run needs ``need`` cores, ``above`` of
+        them above the units kept below it. The unit's share of that width is the share of its
+        delay the run feels (the other units work meanwhile), so it is submitted at the lead
+        of the whole width: every unit of one width at the same lead, whatever its cores."""
+        return min(cores, above) / need * again_cost(law, self._k(need), within)
 
     def _fate(self, unit: PilotView, below: Kept, profile: Profile, now: float) -> Fate:
         """Until when ``unit`` is kept, covering the width above the units kept ``below``
@@ -299,10 +373,9 @@ class Elastic:
                 return Fate(math.inf)
             return Fate(now, "pending, and no stage needs it: cancelled")
         assert unit.allocation is not None  # every unit has one
-        k = self._k(unit.cores)
         law = self.law(unit.allocation)
         if not unit.busy and needed[0]:
-            narrower = self._narrower(unit, above, points, now, law, k)
+            narrower = self._narrower(unit, above, profile, now, law)
             if narrower is not None:
                 return narrower
         i = 0
@@ -315,8 +388,8 @@ class Elastic:
             if again is None:
                 return Fate(points[gap], "no stage needs it again: released")
             a, b = points[gap], points[again]
-            hold = k * (b - a)
-            anew = again_cost(law, k, b - now)
+            hold = self._k(unit.cores) * (b - a)
+            anew = self._again(law, unit.cores, above[again], profile.need(b), b - now)
             if anew < hold and b - a > CHURN_S:
                 return Fate(
                     a,
@@ -334,19 +407,19 @@ class Elastic:
         self,
         unit: PilotView,
         above: Sequence[int],
-        points: Sequence[float],
+        profile: Profile,
         now: float,
         law: Sequence[tuple[float, float]],
-        k: float,
     ) -> Fate | None:
         """Whether an idle ``unit`` of which the width needs only part from now on (a narrow
         stage after a wide one, when the narrow unit cut for it is gone: it ended at its time
         limit, say) is better given back now, a unit as wide as that part acquired in its
         place, and the whole width again when it is needed: by its idle cores' cost against
         the narrow unit's expected wait and the wide one's acquisition. ``above``: the width
-        needed above the units kept before it, at each of the profile's ``points``; ``k``: the
-        cost of a second of it idle."""
+        needed above the units kept before it, at each of the profile's points; ``law``: the
+        wait of a unit like it."""
         assert unit.allocation is not None
+        points = profile.points
         cores = unit.cores
         used = [min(max(width, 0), cores) for width in above]
         if not 0 < used[0] < cores:
@@ -360,9 +433,11 @@ class Elastic:
         hold = idle * self.cost / 3600.0
         width = max(used[:last])
         anew = sum(p * wait for wait, p in self.law(replace(unit.allocation, cores=width)))
-        again = any(used[last:])
-        if again:
-            anew += again_cost(law, k, end - now)
+        back = next((j for j in range(last, len(points)) if used[j]), None)
+        again = back is not None
+        if back is not None:
+            b = points[back]
+            anew += self._again(law, cores, above[back], profile.need(b), b - now)
         if not anew < hold:  # nan-safe: lambda 0 holds idle cores for ever
             return None
         until = "for the rest of the run" if end == math.inf else f"until {offset(end)}"
@@ -374,12 +449,12 @@ class Elastic:
             f"unit (holding them {holding}; {instead}: {duration(anew)})",
         )
 
-    def _spans(self, now: float, stages: Mapping[str, StageView]) -> list[Span]:
-        """Each open stage's width from its (forecast) start to its forecast end; a stage whose
-        start is not known yet is left out."""
+    def _spans(self, now: float, stages: Mapping[str, StageView], place: Place) -> list[Span]:
+        """Each open stage's width at ``place``, from its (forecast) start to its forecast end;
+        a stage whose start is not known yet is left out."""
         spans = []
         for view in stages.values():
-            if not view.phase.open:
+            if not view.phase.open or _place(view.allocation) != place:
                 continue
             begin = now
             if view.phase == Phase.WAITING:
@@ -395,11 +470,12 @@ class Elastic:
         """A unit of ``cores`` for the stages it serves, with the time limit of the longest
         chain left. Its memory is the most any of them gives that many cores (a stage that
         leaves memory to the default counts a node's share); it leaves memory to the default
-        where they all do. A stage whose allocation fits a node's memory gives a unit no more."""
+        where they all do. A stage whose allocation fits a node's memory gives a unit no more.
+        Either way, it holds the memory of as many of their tasks as its cores hold."""
         widest = max(serves, key=lambda v: v.allocation.cores).allocation
+        node = self.node
         memory: float | None = None
         if any(v.allocation.memory_mb is not None for v in serves):
-            node = self.node
             memory = max(
                 (a.memory_mb if a.memory_mb is not None else node.memory * a.cores / node.cores)
                 * min(cores, a.cores)
@@ -407,7 +483,22 @@ class Elastic:
                 for a in (v.allocation for v in serves)
             )
             memory = math.floor(memory)
+        tasks = max(v.task.memory * (cores // max(1, math.ceil(v.task.cores))) for v in serves)
+        if tasks > (node.memory * cores / node.cores if memory is None else memory):
+            memory = min(math.ceil(tasks), math.floor(node.memory))
         return replace(widest, cores=cores, nodes=None, memory_mb=memory, time_limit_s=limit)
+
+
+Place = tuple[str | None, str | None, str | None]
+"""Where a pilot goes: its partition, account and QOS. A unit serves the stages of its place."""
+
+
+def _place(allocation: Allocation | None) -> Place:
+    assert allocation is not None  # every stage and unit has one
+    return (allocation.partition, allocation.account, allocation.qos)
+
+
+_SMALL = Fate(-math.inf, "too small for the tasks left")
 
 
 def _coverage_order(unit: PilotView) -> tuple[bool, int, bool]:

@@ -49,6 +49,9 @@ class Phase(StrEnum):
         return self not in (Phase.DONE, Phase.FAILED)
 
 
+ONE_CORE = Resources(cores=1)
+
+
 @dataclass(frozen=True, slots=True)
 class StageView:
     name: str
@@ -63,6 +66,9 @@ class StageView:
     """What the stage still has to run, for an automatic allocation (None: hand-written)."""
     width: int = 0
     """The cores its tasks not done yet can use at once, at most its allocation's."""
+    task: Resources = ONE_CORE
+    """What one of its tasks takes now: its latest attempt's allocation, or as declared (a
+    resource neither tells is 0)."""
 
     @property
     def forecast_end(self) -> float | None:
@@ -518,11 +524,13 @@ def make_planner(
     law: Callable[[Allocation], Sequence[tuple[float, float]]] | None = None,
     node: Resources | None = None,
     cost: float | None = None,
+    unit: int | str = "task",
 ) -> Planner:
     """The planner for ``strategy`` (one of :data:`STRATEGIES`); ``fit`` chooses automatic
     allocations (without it, or for ``bigjob`` and ``elastic``, they keep their fallback).
     ``elastic`` plans with the learned wait distribution ``law``, on nodes like ``node``,
-    by ``cost`` (lambda: seconds of makespan a core-hour is worth; None: its default)."""
+    by ``cost`` (lambda: seconds of makespan a core-hour is worth; None: its default), in
+    pilots of at most ``unit`` cores (task: one task's; node: a node's)."""
     if strategy == "bigjob":
         return BigJob()
     if strategy == "per-stage":
@@ -550,5 +558,5 @@ def make_planner(
                 )
             law = TrueLaw(true_wait)
         cost = DEFAULT_COST if cost is None else cost
-        return Elastic(predict, law, node, cost, name=strategy)
+        return Elastic(predict, law, node, cost, name=strategy, unit=unit)
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")

@@ -425,6 +425,7 @@ class RunState:
                 functools.partial(_forecast_of, ends, name),
                 functools.partial(self._demand, s) if s.spec.allocation.auto else None,
                 self._width(s),
+                self._task(s),
             )
             for name, s in self.stages.items()
         }
@@ -432,20 +433,30 @@ class RunState:
     def first_views(self) -> list[StageView]:
         """The stages as the run starts, for the pilots it may submit."""
         return [
-            StageView(s.spec.name, s.spec.after, s.spec.allocation, s.phase, s.ready_t)
+            StageView(
+                s.spec.name, s.spec.after, s.spec.allocation, s.phase, s.ready_t, task=self._task(s)
+            )
             for s in self.stages.values()
         ]
 
     @staticmethod
-    def _width(stage: StageRun) -> int:
+    def _task(stage: StageRun) -> Resources:
+        """What one of the stage's tasks takes now: its latest attempt's allocation, or as
+        declared (a resource sized by the sizer and not yet given: 0, and one core)."""
+        if stage.last_allocation is not None:
+            return stage.last_allocation
+        declared = stage.spec.tasks.declared
+        return Resources(
+            cores=declared.get("cores", 1.0),
+            memory=declared.get("memory", 0.0),
+            disk=declared.get("disk", 0.0),
+        )
+
+    def _width(self, stage: StageRun) -> int:
         """The cores the stage's tasks not done yet can use at once, at most its allocation's:
         each as large as its latest attempt, or as declared."""
         left = len(stage.tasks) - stage.done
-        if stage.last_allocation is not None:
-            each = stage.last_allocation.cores
-        else:
-            each = stage.tasks[0].task.declared.get("cores", 1.0) if stage.tasks else 1.0
-        return min(stage.spec.allocation.cores, math.ceil(left * each))
+        return min(stage.spec.allocation.cores, math.ceil(left * self._task(stage).cores))
 
     def _demand(self, stage: StageRun) -> autoalloc.Demand:
         left = len(stage.tasks) - stage.done

@@ -31,7 +31,7 @@ from orchestrator import runs, workdirlock
 from orchestrator.agent import protocol
 from orchestrator.agent import worker as agent
 from orchestrator.autoalloc import Node, with_fallbacks
-from orchestrator.elastic import DEFAULT_COST
+from orchestrator.elastic import DEFAULT_COST, Unit
 from orchestrator.engine import Engine, EngineOptions, Observer, WorkerSource
 from orchestrator.manager import Manager, host_address
 from orchestrator.planner import AutoFit, Planner, make_planner
@@ -86,6 +86,9 @@ class RunConfig:
     idle_cancel_s: float = 600.0
     cost: float = DEFAULT_COST
     """elastic's lambda: the seconds of makespan a core-hour is worth."""
+    unit: Unit = "task"
+    """The most cores an elastic pilot holds: one task's, a node's, or a number of cores
+    (whole tasks, at most a node)."""
     learner_scope: str | None = None
     """Whose queue waits the learner learns and uses: by default the cluster's (its name on
     Slurm, the simulated cluster and its load; a local run has no queue and learns none); a
@@ -386,6 +389,7 @@ async def _execute(
         law=waits.law,
         node=node,
         cost=config.cost,
+        unit=config.unit,
     )
     sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
     sizing = await SizingState.load(store, workflow.name, sizer)

@@ -6,12 +6,13 @@ import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
 from learners.resources import Resources
-from orchestrator.elastic import Elastic, Profile, Span, acquire_cost, lead, split
-from orchestrator.engine import Refused
+from orchestrator.elastic import MAX_UNITS, Elastic, Profile, Span, acquire_cost, lead, split
 from orchestrator.planner import Cancel, Phase, PilotView, Release, StageView, Submit
 from orchestrator.session import RunConfig, run_simulated
 from workflows.spec import Allocation, loads
@@ -26,8 +27,9 @@ def certain(wait):
     return lambda allocation: [(wait, 1.0)]
 
 
-def planner(wait, cost=300.0):
-    return Elastic(lambda allocation: (wait, None), certain(wait), NODE, cost)
+def planner(wait, cost=300.0, unit=28):
+    """Units of a node by default here: the decisions on wide units."""
+    return Elastic(lambda allocation: (wait, None), certain(wait), NODE, cost, unit=unit)
 
 
 def chain(*stages):
@@ -63,6 +65,9 @@ def test_a_width_is_cut_where_the_need_falls_and_at_nodes():
     assert split(0, 24, {24, 1}, 28) == [1, 23]
     assert split(1, 56, {1, 56}, 28) == [28, 27]
     assert split(0, 28, set(), 28) == [28]
+    assert split(0, 5, set(), 1) == [1] * 5
+    assert split(0, 13, set(), 6, task=2) == [6, 6, 2]  # whole 2-core tasks
+    assert split(0, 7, set(), 4, task=2) == [4, 4]
 
 
 def test_the_profile_sums_the_widths_of_the_stages_running_at_once():
@@ -103,6 +108,50 @@ def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency
     (added,) = of(Submit, later)
     assert added.allocation.cores == 27 and added.after == ()
     assert added.predicted_wait == 600.0
+
+
+def test_by_default_a_unit_is_one_task_wide_and_holds_its_memory():
+    """The narrowest pilot the scheduler can start in a gap: one per task slot. A width of 27
+    one-core tasks is 27 pilots of one core, said in one note, due together (each pilot's
+    share of the width is its share of the delay, so all have the whole width's lead)."""
+    stages = chain(
+        (NARROW, Phase.READY, 1, 1300.0),
+        (WIDE, Phase.WAITING, 28, 2500.0),
+    )
+    elastic = planner(wait=600.0, unit="task")
+    plan = elastic.decide(0.0, stages, [])
+    (now,) = of(Submit, plan)
+    assert now.allocation.cores == 1
+    assert plan.notes[1] == (
+        "27 cores needed at t+21 min 40 s (27 pilots of 1 core): submitting at t+11 min 40 s "
+        "(10 min ahead)"
+    )
+    later = elastic.decide(700.0, stages, [unit("u0", 1, allocation=NARROW)])
+    assert [s.allocation.cores for s in of(Submit, later)] == [1] * 27
+    # Tasks that now take 6 GB get units that hold them, above a node's share of a core.
+    big = {n: replace(v, task=Resources(cores=1, memory=6000)) for n, v in stages.items()}
+    units = of(Submit, elastic.decide(700.0, big, [unit("u0", 1, allocation=NARROW)]))
+    assert {s.allocation.memory_mb for s in units} == {6000}
+    # Tasks of 4 cores: units of whole tasks, within --unit 7.
+    wide_tasks = {n: replace(v, task=Resources(cores=4)) for n, v in stages.items()}
+    units = of(Submit, planner(600.0, unit=7).decide(700.0, wide_tasks, []))
+    assert sorted(s.allocation.cores for s in units) == [4] * 7
+
+
+def test_a_unit_too_small_for_the_tasks_left_goes_and_is_not_counted():
+    """A task killed for memory is retried larger: units cut for the smaller size hold none
+    of the stage's tasks. Idle, they go; the width is acquired again in units that hold them."""
+    stages = {
+        n: replace(v, task=Resources(cores=1, memory=6000))
+        for n, v in chain((WIDE, Phase.RUNNING, 2, None)).items()
+    }
+    small = [unit("u0", 1, allocation=replace(WIDE, memory_mb=4000)), unit("u1", 1, busy=True)]
+    plan = planner(wait=0.0, unit="task").decide(100.0, stages, small)
+    (release,) = of(Release, plan)
+    assert release.pilot_id == "u0" and "too small" in release.why
+    # u1 runs a task (one sized before), so it stays and covers a core while it does: one
+    # unit of 6,000 MB is submitted for the other.
+    assert [s.allocation.memory_mb for s in of(Submit, plan)] == [6000]
 
 
 def test_no_request_for_width_already_held():
@@ -228,9 +277,27 @@ THREE = loads(
 
 
 def test_a_run_reuses_its_pilots_across_a_boundary_and_gives_back_what_the_tail_frees():
-    """The second stage runs on the pilots of the first (none is submitted for it); the
-    wide pilot goes as soon as the last stage, one core wide, is all that is left."""
+    """By default a unit is one task wide: the first stage's 28 pilots of one core run the
+    second stage too (none is submitted for it), each goes as soon as no task is left for it,
+    and one runs the last stage."""
     summary = run_simulated(THREE, RunConfig(strategy="elastic", backend=IDLE))
+    assert summary.status == "done", summary.error
+    assert [p.cores for p in summary.pilots] == [1] * 28
+    assert all(p.submit_t == 0 for p in summary.pilots)  # none for the second stage
+    first, second, last = summary.stages
+    assert second.start_t == pytest.approx(first.end_t)
+    ends = sorted(p.end_t for p in summary.pilots)
+    assert ends[-2] <= second.end_t + 1  # released when their stages end ...
+    assert ends[0] < second.end_t - 1  # ... some while the second stage's tail still runs
+    assert ends[-1] == pytest.approx(last.end_t, abs=1)  # the last stage's
+    # On an idle cluster, Per-Stage's pilots start at once: holding across the boundary
+    # costs nothing more.
+    per_stage = run_simulated(THREE, RunConfig(strategy="per-stage", backend=IDLE))
+    assert summary.core_hours <= per_stage.core_hours
+
+
+def test_units_of_a_node_are_reused_and_the_wide_one_goes_when_its_stages_end():
+    summary = run_simulated(THREE, RunConfig(strategy="elastic", backend=IDLE, unit="node"))
     assert summary.status == "done", summary.error
     pilots = {p.pilot_id: p for p in summary.pilots}
     assert sorted(p.cores for p in pilots.values()) == [1, 27]
@@ -242,51 +309,113 @@ def test_a_run_reuses_its_pilots_across_a_boundary_and_gives_back_what_the_tail_
     assert wide.end_t == pytest.approx(second.end_t, abs=1)  # released when its stages end
     assert narrow.end_t == pytest.approx(last.end_t, abs=1)
     assert summary.makespan_s == pytest.approx(last.end_t)
-    # On an idle cluster, Per-Stage's pilots start at once: holding across the boundary
-    # costs nothing more.
     per_stage = run_simulated(THREE, RunConfig(strategy="per-stage", backend=IDLE))
     assert summary.core_hours == pytest.approx(per_stage.core_hours)
 
 
-def test_idle_nodes_go_back_while_the_stage_s_tail_still_runs():
+TAIL = loads(
+    """
+    name = "tail"
+    [[stage]]
+    name = "wide"
+    allocation = { cores = 56, time = "1h" }
+    tasks = { command = "true", count = 56, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "uniform(60, 1200)" }
+    [[stage]]
+    name = "narrow"
+    allocation = { cores = 1, time = "1h" }
+    tasks = { command = "true", count = 1, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "100" }
+    """
+)
+
+
+@pytest.mark.parametrize("unit", ["node", 7])
+def test_idle_nodes_go_back_while_the_stage_s_tail_still_runs(unit):
     """Two nodes' worth of tasks, ending at widely spread times, then one 1-core stage: a
     pilot whose tasks all ended goes back before the stage's last task ends."""
-    tail = loads(
-        """
-        name = "tail"
-        [[stage]]
-        name = "wide"
-        allocation = { cores = 56, time = "1h" }
-        tasks = { command = "true", count = 56, cores = 1, memory = "1G", disk = "1G" }
-        simulate = { duration = "uniform(60, 1200)" }
-        [[stage]]
-        name = "narrow"
-        allocation = { cores = 1, time = "1h" }
-        tasks = { command = "true", count = 1, cores = 1, memory = "1G", disk = "1G" }
-        simulate = { duration = "100" }
-        """
-    )
-    summary = run_simulated(tail, RunConfig(strategy="elastic", backend=IDLE))
+    summary = run_simulated(TAIL, RunConfig(strategy="elastic", backend=IDLE, unit=unit))
     assert summary.status == "done", summary.error
     wide = summary.stages[0]
     ends = sorted(p.end_t for p in summary.pilots if p.cores > 1)
-    assert len(ends) == 2
+    # cut where the width falls to the narrow stage's one core, and at the unit's size
+    cut = [1, 27, 28] if unit == "node" else [1, 6, *[7] * 7]
+    assert sorted(p.cores for p in summary.pilots) == cut
     assert ends[0] < wide.end_t - 1  # released while the wide stage still ran
 
 
-def test_stages_on_different_partitions_are_refused_before_anything_is_submitted():
-    split_places = loads(
-        """
-        name = "places"
-        [[stage]]
-        name = "a"
-        allocation = { cores = 2, partition = "batch", time = "1h" }
-        tasks = { command = "true", count = 2, cores = 1, memory = "1G", disk = "1G" }
-        [[stage]]
-        name = "b"
-        allocation = { cores = 2, partition = "gpu", time = "1h" }
-        tasks = { command = "true", count = 2, cores = 1, memory = "1G", disk = "1G" }
-        """
-    )
-    with pytest.raises(Refused, match=r"different partitions.*nothing was submitted"):
-        run_simulated(split_places, RunConfig(strategy="elastic", backend=IDLE))
+def test_each_partition_has_units_of_its_own():
+    """Stages that ask for different partitions (or accounts, or QOS) are planned apart: a
+    unit serves the stages of its place, and a place whose stages are over gives its units
+    back while the others' run."""
+    gpu = replace(WIDE, partition="gpu", cores=4)
+    stages = chain((gpu, Phase.RUNNING, 4, 1000.0), (NARROW, Phase.WAITING, 1, None))
+    plan = planner(wait=5000.0, unit="task").decide(0.0, stages, [])
+    assert sorted((str(s.allocation.partition), s.stages) for s in of(Submit, plan)) == [
+        ("None", ("s1",)),
+        *[("gpu", ("s0",))] * 4,
+    ]
+    done = chain((gpu, Phase.DONE, 0, None), (NARROW, Phase.RUNNING, 1, None))
+    held = [unit("g", 4, allocation=gpu), unit("n", 1, busy=True, allocation=NARROW)]
+    (release,) = of(Release, planner(wait=0.0).decide(10.0, done, held))
+    assert release.pilot_id == "g"
+
+
+@st.composite
+def situations(draw):
+    """A chain of stages (the first running or ready, later ones waiting), the units held, a
+    law of waits and a cost."""
+    n = draw(st.integers(1, 4))
+    ends = sorted(draw(st.lists(st.floats(100, 20_000), min_size=n, max_size=n, unique=True)))
+    stages = []
+    for i in range(n):
+        width = draw(st.integers(1, 112))
+        allocation = WIDE if width > 1 else NARROW
+        phase = Phase.RUNNING if i == 0 else Phase.WAITING
+        end = None if i == n - 1 and draw(st.booleans()) else ends[i]
+        stages.append((replace(allocation, cores=max(width, 1)), phase, width, end))
+    units = [
+        unit(f"u{i}", draw(st.integers(1, 28)), started=started, busy=started and busy)
+        for i, (started, busy) in enumerate(
+            draw(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=6))
+        )
+    ]
+    waits = draw(st.lists(st.floats(0, 50_000), min_size=1, max_size=4))
+    law = sorted((w, 1.0 / len(waits)) for w in waits)
+    cost = draw(st.sampled_from([0.0, 300.0, 3000.0, 100_000.0]))
+    return chain(*stages), units, law, cost
+
+
+@settings(max_examples=300, deadline=None)
+@given(situations())
+def test_passes_at_one_moment_settle_and_keep_what_they_submit(situation):
+    """Whatever the stages, units, law and cost, passes at one moment, each seeing what the
+    last did, settle within a few passes, and none cancels a unit that one of them
+    submitted: a plan that contradicts itself would submit and cancel pilots over and over
+    without the clock moving."""
+    stages, units, law, cost = situation
+    elastic = Elastic(lambda allocation: (law[0][0], None), lambda allocation: law, NODE, cost)
+    new: set[str] = set()
+    for n in range(4):
+        plan = elastic.decide(100.0, stages, units)
+        if not plan.actions:
+            break
+        gone = {a.pilot_id for a in plan.actions if isinstance(a, Release | Cancel)}
+        assert not gone & new, plan.actions
+        submitted = [
+            PilotView(f"n{n}.{i}", s.stages, False, False, allocation=s.allocation)
+            for i, s in enumerate(of(Submit, plan))
+        ]
+        new |= {u.pilot_id for u in submitted}
+        units = [u for u in units if u.pilot_id not in gone] + submitted
+    else:
+        raise AssertionError(f"still acting after 4 passes: {plan.actions}")
+
+
+def test_a_place_holds_at_most_max_units_units():
+    """A width of 250 one-core tasks is 84 units of 3 tasks (each at most a node), not 250
+    pilots: a site caps the jobs a user may queue."""
+    stages = chain((replace(WIDE, cores=250), Phase.RUNNING, 250, 1000.0))
+    plan = planner(wait=0.0, unit="task").decide(0.0, stages, [])
+    cores = [s.allocation.cores for s in of(Submit, plan)]
+    assert sum(cores) == 250 and len(cores) <= MAX_UNITS and max(cores) == 3

@@ -2,6 +2,7 @@
 stages in a row, and a pilot no stage needs any more is given back while the run goes on."""
 
 import textwrap
+from dataclasses import replace
 
 import pytest
 from test_e2e_slurm import Cluster, slurm_config
@@ -37,18 +38,18 @@ def cluster():
     cluster.clean()
 
 
-def test_a_pilot_serves_two_stages_and_one_goes_back_early(tmp_path, cluster):
-    """Two pilots, of 1 and 3 CPUs, both submitted at the start without a dependency: the
-    second stage's tasks run on the pilots of the first (none is submitted for it); the
-    3-CPU pilot is given back when only the last, 1-CPU stage is left, before it ends; no job
-    of the run is left in the queue."""
+@pytest.mark.parametrize(("unit", "cores"), [("task", [1, 1, 1, 1]), ("node", [1, 3])])
+def test_a_pilot_serves_two_stages_and_one_goes_back_early(tmp_path, cluster, unit, cores):
+    """Pilots of one task each (by default), or of a node's cores at most (1 and 3 CPUs),
+    all submitted at the start without a dependency: the second stage's tasks run on the
+    pilots of the first (none is submitted for it); the pilots the last, 1-CPU stage does not
+    run on are given back before it ends; no job of the run is left in the queue."""
     workflow = loads(textwrap.dedent(WORKFLOW), source=tmp_path / "wf.toml")
+    config = replace(slurm_config(tmp_path, "elastic"), unit=unit)
 
     async def main():
         async with await Store.open(tmp_path / "store.db") as store:
-            summary = await execute(
-                workflow, slurm_config(tmp_path, "elastic"), store, run_id=cluster.run_id
-            )
+            summary = await execute(workflow, config, store, run_id=cluster.run_id)
             attempts = await store.rows("attempts", {"run_id": summary.run_id})
             rows = await store.rows("pilots", {"run_id": summary.run_id})
             return summary, attempts, rows
@@ -56,16 +57,17 @@ def test_a_pilot_serves_two_stages_and_one_goes_back_early(tmp_path, cluster):
     summary, attempts, rows = clock.run(main(), virtual=False)
     assert summary.status == "done", summary.error
     pilots = {p.pilot_id: p for p in summary.pilots}
-    assert sorted(p.cores for p in pilots.values()) == [1, 3]
-    assert [r["request"]["dependency"] for r in rows] == [None, None]
+    assert sorted(p.cores for p in pilots.values()) == cores
+    assert [r["request"]["dependency"] for r in rows] == [None] * len(cores)
     ran = {
         stage: {a["pilot_id"] for a in attempts if a["task_id"].startswith(stage + ".")}
         for stage in ("first", "second", "last")
     }
     assert ran["second"] <= set(pilots) and ran["second"] & ran["first"]
     assert all(p.submit_t < summary.stages[0].end_t for p in pilots.values())
-    (wide,) = [p for p in pilots.values() if p.cores == 3]
     last = summary.stages[2]
-    assert wide.end_t is not None and wide.end_t < last.end_t - 2  # back while "last" ran
-    assert ran["last"] == {next(p for p in pilots if pilots[p].cores == 1)}
+    (runs_last,) = ran["last"]
+    assert pilots[runs_last].cores == 1
+    others = [p for p in pilots.values() if p.pilot_id != runs_last]
+    assert all(p.end_t is not None and p.end_t < last.end_t - 2 for p in others)  # back early
     assert cluster.queued() == []
