@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console, Group
@@ -90,9 +90,11 @@ def render(engine: Engine) -> Group:
     for column in ("pilot", "job", "cores", "state", "submitted", "predicted wait", "waited",
                    "prediction"):  # fmt: skip
         pilots.add_column(column)
-    for p in engine.state.pilots.values():
+    every = list(engine.state.pilots.values())
+    shown_pilots = _pilots_shown(every)
+    for p in shown_pilots:
         info = p.info
-        state = "submitting" if info is None else str(info.state).lower()
+        state = _pilot_state(p)
         if info is not None and info.reason and state == "pending":
             state += f" ({info.reason})"
         if p.released and p.live:
@@ -107,9 +109,32 @@ def render(engine: Engine) -> Group:
             _waited(p),
             {True: "hit", False: Text("over-predicted", style="yellow"), None: ""}[p.hit],
         )
+    if len(shown_pilots) < len(every):
+        hidden = Counter(_pilot_state(p) for p in every if p not in shown_pilots)
+        told = ", ".join(f"{n} {state}" for state, n in sorted(hidden.items()))
+        pilots.add_row(Text(f"… {len(every) - len(shown_pilots)} more: {told}", style="dim"))
     notes = Text("\n".join(_line(t, text) for t, text in list(engine.state.notes)[-6:]))
     shown = [head, stages, *([sizes] if sizes.rows else []), pilots]
     return Group(*shown, Text("decisions", style="bold"), notes)
+
+
+PILOT_ROWS = 12
+"""Pilots shown at most: the live ones first, then those that ended last (an elastic run may
+hold a pilot per task slot); the rest are counted by state."""
+
+
+def _pilots_shown(pilots: Sequence[PilotRun]) -> list[PilotRun]:
+    """The pilots the view lists, in the order they were submitted."""
+    if len(pilots) <= PILOT_ROWS:
+        return list(pilots)
+    order = sorted(range(len(pilots)), key=lambda i: (not pilots[i].live, -i))
+    return [pilots[i] for i in sorted(order[:PILOT_ROWS])]
+
+
+def _pilot_state(pilot: PilotRun) -> str:
+    if pilot.info is None:
+        return "submitting"
+    return str(pilot.info.state).lower()
 
 
 def killed(causes: Mapping[str, int]) -> str:

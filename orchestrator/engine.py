@@ -303,6 +303,7 @@ class Engine:
                 await self._submit(action)
             else:
                 await self._let_go(action)
+        state.note_let_go([a for a in plan.actions if not isinstance(a, Submit)])
         self._tick()
         self._unsent = state.place()  # recorded running by this write, then sent
         await self.recorder.write_ahead()

@@ -6,7 +6,7 @@ Tables and messages show ``2 h 21 min`` where a person reads them; ``--json`` ke
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -54,6 +54,14 @@ def plural(amount: float, noun: str) -> str:
 def count(n: int, noun: str) -> str:
     """``1 core``, ``28 cores``, ``2 nodes``."""
     return f"{n} {plural(n, noun)}"
+
+
+def listing(names: Sequence[str], shown: int = 5) -> str:
+    """Names as a sentence lists them, the first ``shown`` of many and how many more:
+    ``a, b and c``, ``a, b, c, d, e and 3 more``."""
+    if len(names) > shown:
+        return f"{', '.join(names[:shown])} and {len(names) - shown:,} more"
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
 def allocation(a: Allocation) -> str:

@@ -30,7 +30,7 @@ from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, caus
 from orchestrator.breaker import Breaker
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.forecast import Durations
-from orchestrator.human import count, unfittable
+from orchestrator.human import count, listing, unfittable
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
 from orchestrator.pool import Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
@@ -534,8 +534,19 @@ class RunState:
         pilot = self.pilots[action.pilot_id]
         pilot.released = True
         self.pool.drain(pilot.pilot_id)
-        self.note(f"pilot {pilot.pilot_id}: {action.why}")
         return pilot
+
+    def note_let_go(self, actions: Sequence[Cancel | Release]) -> None:
+        """One note for the pilots a pass lets go for the same reason: a stage's pilots of
+        one task each go together."""
+        by_why: dict[str, list[str]] = {}
+        for action in actions:
+            by_why.setdefault(action.why, []).append(action.pilot_id)
+        for why, pilots in by_why.items():
+            if len(pilots) == 1:
+                self.note(f"pilot {pilots[0]}: {why}")
+            else:
+                self.note(f"{len(pilots)} pilots ({listing(pilots)}), each: {why}")
 
     def release_all(self) -> list[PilotRun]:
         """The run is over: every pilot with a job still alive is let go (the backend cancels
@@ -888,10 +899,7 @@ def _suspects(beside: frozenset[str] | None) -> str:
     if not beside:
         return ""
     names = sorted(beside, key=_task_place)
-    if len(names) > SUSPECTS_SHOWN:
-        listed = f"{', '.join(names[:SUSPECTS_SHOWN])} and {len(names) - SUSPECTS_SHOWN:,} more"
-    else:
-        listed = " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+    listed = listing(names, SUSPECTS_SHOWN)
     told = "was beside it each time: either" if len(names) == 1 else "were beside it each time: any"
     return f", and {listed} {told} may be what took its workers down"
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from backends import clock
 from orchestrator.cli import DEMO_MOCK
-from orchestrator.dashboard import DecisionLog, killed, render
+from orchestrator.dashboard import PILOT_ROWS, DecisionLog, killed, render
 from orchestrator.engine import Engine
 from orchestrator.human import duration, megabytes
 from orchestrator.session import RunConfig, execute
@@ -164,3 +164,30 @@ def _seconds(text: str) -> float:
     units = {"d": 86400, "h": 3600, "min": 60, "s": 1}
     parts = text.split()
     return sum(float(n) * units[u] for n, u in zip(parts[::2], parts[1::2], strict=True))
+
+
+def test_an_elastic_run_s_many_pilots_are_listed_live_first_and_the_rest_counted():
+    """Pilots of one task each: a 28-wide stage holds 28 of them. The view lists at most
+    PILOT_ROWS, the live ones first, and counts the others by state."""
+    frames = []
+
+    def keep(engine: Engine) -> None:
+        if len(engine.state.pilots) > PILOT_ROWS and not frames:
+            live = sum(p.live for p in engine.state.pilots.values())
+            console = Console(width=130, record=True, file=io.StringIO())
+            console.print(render(engine))
+            frames.append((console.export_text(), len(engine.state.pilots), live))
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            config = RunConfig(strategy="elastic", backend=DEMO_MOCK)
+            await execute(load(example("demo")), config, store, observer=keep)
+
+    clock.run(main(), virtual=True)
+    frame, pilots, live = frames[0]
+    listed = [line for line in frame.splitlines() if re.match(r"^ ?all-\d+ ", line)]
+    assert len(listed) == PILOT_ROWS
+    hidden = re.search(r"… (\d+) more: (.*)", frame)
+    assert hidden is not None and int(hidden[1]) == pilots - PILOT_ROWS
+    if live >= PILOT_ROWS:  # every pilot listed is live
+        assert all(" completed" not in line and " cancelled" not in line for line in listed)

@@ -13,7 +13,7 @@ from learners.sizing.base import TaskFeatures
 from orchestrator import runstate
 from orchestrator.agent.attempt import AttemptResult, Outcome
 from orchestrator.events import AttemptEnded, JobChanged, Tick, WorkerJoined, WorkerLost
-from orchestrator.planner import Phase, Submit, make_planner
+from orchestrator.planner import Cancel, Phase, Release, Submit, make_planner
 from orchestrator.pool import AHEAD_DEPTH, Pool
 from orchestrator.recorder import Recorder
 from orchestrator.runs import RunState as Status
@@ -351,3 +351,13 @@ def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
     assert (record[1]["outcome"], record[1]["start_t"]) == ("running", 12.0)
     assert [a["outcome"] for a in record[2:]] == ["waiting"] * (2 * AHEAD_DEPTH - 1)
     assert len(stage.running) == 2 and len(stage.waiting) == 2 * AHEAD_DEPTH - 1
+
+
+def test_pilots_let_go_for_one_reason_in_one_pass_are_noted_once():
+    state, _ = new_state(TWO_STAGES)
+    seven = [Release(f"p-{i}", "no stage needs it again: released") for i in range(7)]
+    state.note_let_go([*seven, Cancel("q-0", "pending, and no stage needs it: cancelled")])
+    assert [text for _, text in state.notes] == [
+        "7 pilots (p-0, p-1, p-2, p-3, p-4 and 2 more), each: no stage needs it again: released",
+        "pilot q-0: pending, and no stage needs it: cancelled",
+    ]
