@@ -264,7 +264,7 @@ def run(
     backend: Annotated[
         str, typer.Option(help="mock (simulated cluster), local or slurm.")
     ] = "mock",
-    strategy: Annotated[str, typer.Option(help=f"One of {', '.join(STRATEGIES)}.")] = "asa",
+    strategy: Annotated[str, typer.Option(help=f"One of {', '.join(STRATEGIES)}.")] = "elastic",
     sizer: Annotated[str | None, typer.Option(help="Task sizer (see `leadtime sizers`).")] = None,
     policy: Annotated[
         str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
@@ -496,19 +496,21 @@ def demo(
     db: Db = None,
 ) -> None:
     """The demo workflow on a simulated cluster replaying HPC2N's queue: one big job, a pilot
-    per stage, and ASA side by side."""
+    per stage, ASA and elastic side by side."""
     workflow = load_workflow(example("demo"), None)
     summaries = []
-    for strategy in ("bigjob", "per-stage", "asa"):
+    for strategy in ("bigjob", "per-stage", "asa", "elastic"):
         config = RunConfig(strategy=strategy, backend=DEMO_MOCK)
-        show = strategy == "asa" and sys.stdout.isatty()
+        show = strategy == "elastic" and sys.stdout.isatty()
         summaries.append(_run(workflow, config, db, dashboard=show))
     out.print(run_table(summaries[-1]))
     out.print(strategies_table(summaries))
     out.print(
         "bigjob holds the widest stage's cores from start to end; per-stage asks for each "
         "stage's cores when it is ready and queues again each time; asa submits each stage "
-        "ahead by the wait it predicts: about bigjob's makespan at per-stage's core-hours.",
+        "ahead by the wait it predicts; elastic (the default) holds pilots of one task each "
+        "across stages, acquired ahead and given back as the width falls: narrow pilots start "
+        "in the gaps the scheduler's backfill leaves.",
         highlight=False,
     )
 

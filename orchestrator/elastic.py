@@ -222,13 +222,17 @@ class Elastic:
     """Automatic allocations keep their fallback: units are planned from the run's width."""
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
-        """Each stage's unit, with its memory: what may be submitted (a refusal names the
-        stage)."""
+        """Each stage's unit, with its memory and the time limit of the longest chain: what
+        may be submitted (a refusal names the stage); and first the stage's allocation as
+        written, though it is never submitted whole: a file whose allocation the cluster could
+        never give is refused as under every strategy, not run with its numbers ignored."""
         limit = longest_path(stages)
-        units = [
-            (v, min(v.allocation.cores, self._size([v], v.allocation.cores)[0])) for v in stages
-        ]
-        return [Submit((v.name,), self._unit(cores, [v], limit)) for v, cores in units]
+        checked = []
+        for v in stages:
+            cores = min(v.allocation.cores, self._size([v], v.allocation.cores)[0])
+            unit = self._unit(cores, [v], limit)
+            checked += [Submit((v.name,), v.allocation), Submit((v.name,), unit)]
+        return checked
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]

@@ -176,8 +176,10 @@ def test_its_options_are_flags_of_the_cli(instant, cli):
     shown = " ".join(cli("run", "--help").output.replace("│", " ").split())
     assert "--cores INTEGER Instant: the cores of its one node. [default: 28]" in shown
     blast = str(example("blast"))
-    small = cli("run", blast, "--backend", "instant", "--cores", "14", "--quiet")
-    assert small.exit_code == 2  # blast's search stage asks for 28 cores
+    small = cli(
+        "run", blast, "--backend", "instant", "--cores", "14", "--strategy", "per-stage", "--quiet"
+    )
+    assert small.exit_code == 2  # blast's search stage asks for one pilot of 28 cores
     assert "28 cores: a node has 14" in " ".join(small.output.split())
     wrong = cli("run", blast, "--cores", "14", "--quiet")
     assert wrong.exit_code == 2

@@ -120,7 +120,7 @@ def test_off_a_terminal_decisions_are_a_log_apart_from_the_summary(tmp_path):
     decisions = log.splitlines()
     assert decisions and all(line.startswith("t+") for line in decisions)
     assert len({line.split("  ", 1)[1] for line in decisions}) == len(decisions)
-    assert summary.startswith("demo · asa · done")
+    assert summary.startswith("demo · elastic · done")
     assert "\x1b" not in done.stdout
 
 
@@ -134,10 +134,13 @@ def test_every_example_runs_on_every_built_in_log(tmp_path, name, trace):
     assert json.loads(done.output)["status"] == "done"
 
 
-def test_a_stage_that_fits_no_node_is_refused_before_anything_runs(tmp_path):
+@pytest.mark.parametrize("strategy", ["elastic", "asa"])
+def test_a_stage_that_fits_no_node_is_refused_before_anything_runs(tmp_path, strategy):
+    """Whatever the strategy: elastic never submits a stage's allocation whole, but a file
+    whose allocation the cluster could never give is refused all the same."""
     store = tmp_path / "store.db"
     montage = ["run", str(example("montage")), "--trace", "KTH", "--cluster", "4x28:8G"]
-    done = CliRunner().invoke(app, [*montage, "--db", str(store)])
+    done = CliRunner().invoke(app, [*montage, "--db", str(store), "--strategy", strategy])
     assert done.exit_code == 2
     message = " ".join(done.output.split())
     assert (
@@ -163,4 +166,4 @@ def test_a_commands_help_is_prose_not_the_docstrings_line_breaks():
     for name, text in helps.items():
         assert all("\n" not in paragraph for paragraph in text.split("\n\n")), name
     listed = CliRunner().invoke(app, ["--help"], terminal_width=200).output
-    assert "one big job, a pilot per stage, and ASA side by side" in listed
+    assert "one big job, a pilot per stage, ASA and elastic side by side" in listed

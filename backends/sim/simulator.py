@@ -612,7 +612,8 @@ class Simulator:
             fits = per_node * c.nodes >= cores
         if not fits:
             raise SubmitError(
-                f"{cores * mem_per_core:.0f} MB for {cores} cores does not fit nodes of "
+                f"{cores * mem_per_core:.0f} MB for {cores} core{'s' * (cores != 1)} does not "
+                f"fit nodes of "
                 f"{node_mem:.0f} MB and {c.cores_per_node} cores",
                 option="mem",
             )
