@@ -143,7 +143,10 @@ class Runner:
         self.config = config
         self.monitor = monitor
         self.cgroups = cgroups
-        self._environ = {k: v for k, v in environ.items() if k != SECRET_ENV}
+        self._environ = {
+            os.fsencode(k): os.fsencode(v) for k, v in environ.items() if k != SECRET_ENV
+        }
+        self._shell = os.fsencode(config.shell)
         self._running: dict[tuple[str, int], _Running] = {}
         self._removals: set[asyncio.Future] = set()
         self._keep_budget = config.keep_budget_mb * MB
@@ -269,20 +272,22 @@ class Runner:
         cpus: frozenset[int] | None,
     ) -> int:
         env = self._environment(spec, sandbox, workdir, token)
-        with (
-            open(sandbox / STDOUT, "wb") as out,
-            open(sandbox / STDERR, "wb") as err,
-            self._pinned(cpus),
-        ):
-            proc = subprocess.Popen(
-                [self.config.shell, "-c", spec.command],
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
+        streams = [_create(sandbox / STDOUT)]
+        try:
+            streams.append(_create(sandbox / STDERR))
+            with self._pinned(cpus):
+                proc = subprocess.Popen(
+                    [self._shell, b"-c", os.fsencode(spec.command)],
+                    cwd=workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=streams[0],
+                    stderr=streams[1],
+                    start_new_session=True,
+                )
+        finally:
+            for fd in streams:
+                os.close(fd)
         proc.returncode = 0  # the reaper waits for it (with its rusage), never Popen
         return proc.pid
 
@@ -300,11 +305,13 @@ class Runner:
 
     def _environment(
         self, spec: AttemptSpec, sandbox: Path, workdir: Path, token: str
-    ) -> dict[str, str]:
+    ) -> dict[bytes, bytes]:
+        """The attempt's environment, encoded as the kernel takes it (the worker's own is
+        encoded once, not at every spawn)."""
         a = spec.allocation
         threads = str(max(1, math.ceil(a.cores - 1e-9)))
-        return {
-            **self._environ,
+        scratch = str(sandbox)
+        own = {
             "LEADTIME_TASK_ID": spec.task_id,
             "LEADTIME_ATTEMPT": str(spec.attempt),
             "LEADTIME_CATEGORY": spec.category,
@@ -312,14 +319,15 @@ class Runner:
             "LEADTIME_MEMORY_MB": _plain(a.memory),
             "LEADTIME_DISK_MB": _plain(a.disk),
             "LEADTIME_WORKDIR": str(workdir),
-            "LEADTIME_SCRATCH": str(sandbox),
+            "LEADTIME_SCRATCH": scratch,
             ATTEMPT_TOKEN: token,
             WORKER_TOKEN: self.config.worker_token,
-            "TMPDIR": str(sandbox),
+            "TMPDIR": scratch,
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
         }
+        return {**self._environ, **{os.fsencode(k): os.fsencode(v) for k, v in own.items()}}
 
     def _exceeded(self, running: _Running, exhaustion: Exhaustion) -> None:
         if running.exhaustion is None and running.lost is None:
@@ -489,6 +497,12 @@ def _plain(value: float) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
+def _create(path: Path) -> int:
+    """A new empty file at ``path`` for a child's output stream (a descriptor, not a Python
+    file object: the child only needs the descriptor)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -503,14 +517,19 @@ def capture(path: Path, head: int = OUTPUT_HEAD, tail: int = OUTPUT_TAIL) -> Cap
     U+FFFD); what that leaves out counts as cut.
     """
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            first = f.read(head)
-            if size > head + tail:
-                f.seek(-tail, os.SEEK_END)
-            last = f.read(tail)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return Captured()
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:  # most tasks write nothing to one stream or the other
+            return Captured()
+        first = os.pread(fd, head, 0)
+        last = os.pread(fd, tail, max(len(first), size - tail))
+    except OSError:
+        return Captured()
+    finally:
+        os.close(fd)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     if size <= len(first) + len(last):
         return Captured(decoder.decode(first), decoder.decode(last, final=True), 0)
