@@ -26,9 +26,11 @@ from learners.resources import PACKED, Resources
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.workerqueue import Key, WorkerQueue
 
-AHEAD_DEPTH = 3
+AHEAD_DEPTH = 16
 """A worker that queues holds at most this many capacities' worth of attempts ahead: enough
-that it has work while the manager gathers several results into one pass."""
+that it has work while the manager gathers a pass's results (``engine.GATHER_S``) and the
+worker's results linger for company (``worker.RESULT_LINGER_S``), for tasks of a few
+milliseconds."""
 
 
 class Worker(Protocol):

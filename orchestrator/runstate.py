@@ -40,11 +40,11 @@ from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summari
 from orchestrator.workerqueue import Key
 from workflows.spec import Allocation, Stage, Task, Workflow
 
-AHEAD_BELOW_S = 0.1
+AHEAD_BELOW_S = 0.03
 """A stage whose tasks take less than this on average also sends them ahead, to full workers
 that hold them until they have room (up to ``pool.AHEAD_DEPTH`` capacities' worth): the
 manager's round trip then leaves no worker idle, and a stage's last tasks wait at most about
-``AHEAD_DEPTH`` times this behind others."""
+``AHEAD_DEPTH`` times this (half a second) behind others."""
 
 
 class WaitLearner(Protocol):
