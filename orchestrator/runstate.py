@@ -78,9 +78,8 @@ class TaskRun:
     allocation: Resources | None = None
     previous: Resources | None = None
     exhaustion: Exhaustion | None = None
-    lost: frozenset[int] = frozenset()
-    """Attempts given up on: a result of one of them comes late, and never counts (one set
-    shared by the many tasks that have none)."""
+    lost: set[int] = field(default_factory=set)
+    """Attempts given up on: a result of one of them comes late, and never counts."""
     crashes: int = 0
     """Times its worker vanished while running it: at ``max_attempts`` the task fails, as
     one that takes its worker down would otherwise run again for ever."""
@@ -340,7 +339,7 @@ class RunState:
             self.expected_on[(task.task.id, attempt)] = row["pilot_id"]
             return
         if outcome in ON_WORKER:  # sent to no worker: it never ran
-            task.lost |= {attempt}
+            task.lost.add(attempt)
             return
         if outcome == Outcome.SUCCESS and row["peak"]:
             stage.durations.add(row["peak"]["wall"])
@@ -350,7 +349,7 @@ class RunState:
             task.previous = allocation
             task.exhaustion = Exhaustion(row["exhausted"], row["measured"])
         elif outcome == Outcome.LOST:
-            task.lost |= {attempt}
+            task.lost.add(attempt)
 
     def _restore_pilot(self, row: dict[str, Any], hit: bool | None) -> PilotRun:
         request = request_of(row["request"])
@@ -751,7 +750,7 @@ class RunState:
             task_run.previous, task_run.exhaustion = spec.allocation, result.exhaustion
             self._requeue(stage, task_run)
         elif result.outcome == Outcome.LOST:
-            task_run.lost |= {spec.attempt}
+            task_run.lost.add(spec.attempt)
             task_run.allocation = spec.allocation
             if result.vanished and ran and self.running:
                 task_run.crashes += 1
