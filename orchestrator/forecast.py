@@ -27,10 +27,10 @@ class Durations:
     """The latest successful task durations of one stage (``window`` of them), kept sorted for
     residual-life queries.
 
-    A stage adds one duration per task and is asked for forecasts on every pass of the
-    engine, so both are cheap: the durations a pass adds are folded in together at its first
-    query (one merge and one sum of the sorted values, whatever their number), and a query is
-    a binary search. The window bounds that work for a stage of a million tasks, and follows
+    A stage adds one duration per task and is asked for forecasts on every
+    pass of the engine, so both are cheap: an addition shifts two arrays
+    (sorted values and their suffix sums) in place, a query is a binary search.
+    The window bounds that shift for a stage of a million tasks, and follows
     durations that drift as a stage goes on.
     """
 
@@ -38,61 +38,70 @@ class Durations:
         self.prior = prior
         """Expected duration before any task has finished (e.g. from earlier runs)."""
         self.window = window
-        self._values = np.empty(0)
-        """The window's durations, sorted (as of the last fold)."""
-        self._suffix = np.zeros(1)
+        self._n = 0
+        self._values = np.empty(16)
+        self._suffix = np.zeros(17)
         """``_suffix[i]`` is the total of the ``i``-th shortest onward (0 past the end)."""
         self._arrivals: deque[float] = deque()
-        """The durations in the window, oldest first (those not yet folded in too)."""
-        self._added: list[float] = []
-        """Added since the last fold."""
+        """The durations in the window, oldest first."""
+        self._dropped = 0
 
     def add(self, duration: float) -> None:
+        if self._n == self.window:
+            self._drop(self._arrivals.popleft())
         self._arrivals.append(duration)
-        self._added.append(duration)
-        if len(self._added) == self.window:  # many with no query between (a resumed run's)
-            self._fold()
+        n = self._n
+        if n == len(self._values):
+            self._grow()
+        values, suffix = self._values, self._suffix
+        at = int(values[:n].searchsorted(duration, side="right"))
+        values[at + 1 : n + 1] = values[at:n]
+        values[at] = duration
+        suffix[at + 1 : n + 2] = suffix[at : n + 1]
+        suffix[: at + 1] += duration
+        self._n = n + 1
 
-    def _sorted(self) -> np.ndarray:
-        """The window's durations, sorted, with the ones added since the last query."""
-        if self._added:
-            self._fold()
-        return self._values
+    def _drop(self, duration: float) -> None:
+        """Forget the oldest duration; the suffix sums are summed afresh once per window, so
+        that subtractions leave no drift."""
+        n = self._n
+        values, suffix = self._values, self._suffix
+        at = int(values[:n].searchsorted(duration, side="left"))
+        values[at : n - 1] = values[at + 1 : n]
+        suffix[: at + 1] -= duration
+        suffix[at + 1 : n] = suffix[at + 2 : n + 1]
+        self._n = n - 1
+        self._dropped += 1
+        if self._dropped % self.window == 0:
+            suffix[: n - 1] = np.cumsum(values[: n - 1][::-1])[::-1]
 
-    def _fold(self) -> None:
-        added, self._added = np.asarray(self._added, dtype=float), []
-        values = np.sort(np.concatenate((self._values, added)), kind="stable")
-        over = len(self._arrivals) - self.window
-        if over > 0:  # the oldest leave the window: each removed once, equal ones apart
-            gone = np.sort([self._arrivals.popleft() for _ in range(over)])
-            first = values.searchsorted(gone, side="left")
-            values = np.delete(values, first + np.arange(over) - gone.searchsorted(gone, "left"))
-        suffix = np.zeros(len(values) + 1)
-        suffix[:-1] = np.cumsum(values[::-1])[::-1]
+    def _grow(self) -> None:
+        n = self._n
+        values, suffix = np.empty(2 * n), np.zeros(2 * n + 1)
+        values[:n], suffix[: n + 1] = self._values[:n], self._suffix[: n + 1]
         self._values, self._suffix = values, suffix
 
     def __len__(self) -> int:
-        return min(len(self._arrivals), self.window)
+        return self._n
 
     def values(self) -> tuple[float, ...]:
         """The durations added, shortest first."""
-        return tuple(self._sorted().tolist())
+        return tuple(self._values[: self._n].tolist())
 
     @property
     def mean(self) -> float | None:
-        if n := len(self._sorted()):
-            return float(self._suffix[0]) / n
+        if self._n:
+            return float(self._suffix[0]) / self._n
         return self.prior
 
     def remaining(self, elapsed: ArrayLike) -> np.ndarray | None:
         """Expected time left for tasks that have run ``elapsed`` seconds (one or many at once:
         a stage asks for all its running tasks on every pass)."""
         elapsed = np.asarray(elapsed, dtype=float)
-        values = self._sorted()
-        n = len(values)
+        n = self._n
         if not n:
             return None if self.prior is None else np.maximum(self.prior - elapsed, 0.0)
-        i = values.searchsorted(elapsed, side="right")
+        i = self._values[:n].searchsorted(elapsed, side="right")
         longer = n - i
         return np.where(longer > 0, self._suffix[i] / np.maximum(longer, 1) - elapsed, 0.0)
 
