@@ -35,6 +35,7 @@ import shlex
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -65,6 +66,8 @@ NOT_KEPT = "leadtime.not-kept"
 _IGNORED_BY_PYTHON = (signal.SIGPIPE, signal.SIGXFSZ)
 """Signals Python ignores, which a task would inherit ignored: it gets them back at their
 defaults (as ``subprocess`` does with ``restore_signals``)."""
+_SPAWN_SETSID = True
+"""This Python's ``posix_spawn`` starts a session (else a task starts with ``subprocess``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,27 +278,14 @@ class Runner:
     ) -> int:
         """Start the attempt's shell; its pid.
 
-        ``posix_spawn`` costs a fraction of ``subprocess``'s for a task of milliseconds; it
-        takes no working directory (before Python 3.13), so the worker enters the task's for
-        the moment of the spawn. The task inherits no descriptor but its streams: Python
-        opens every other one non-inheritable."""
+        ``posix_spawn`` takes no working directory (before Python 3.13), so the worker enters
+        the task's for the moment of the spawn."""
         env = self._environment(spec, sandbox, workdir, token)
         streams = [_create(sandbox / STDOUT)]
         try:
             streams.append(_create(sandbox / STDERR))
             with self._pinned(cpus), _inside(workdir):
-                return os.posix_spawn(
-                    self._shell,
-                    [self._shell, b"-c", os.fsencode(spec.command)],
-                    env,
-                    file_actions=[
-                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                        (os.POSIX_SPAWN_DUP2, streams[0], 1),
-                        (os.POSIX_SPAWN_DUP2, streams[1], 2),
-                    ],
-                    setsid=True,
-                    setsigdef=_IGNORED_BY_PYTHON,
-                )
+                return _start_shell(self._shell, spec.command, env, streams[0], streams[1])
         finally:
             for fd in streams:
                 os.close(fd)
@@ -504,6 +494,40 @@ class Runner:
 def _plain(value: float) -> str:
     """A number as a shell user expects it: ``1.5``, ``4000``, never ``4e+03``."""
     return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def _start_shell(shell: bytes, command: str, env: dict[bytes, bytes], out: int, err: int) -> int:
+    """Start ``shell -c command`` in a session of its own, its stdin /dev/null, its stdout and
+    stderr ``out`` and ``err``; its pid.
+
+    ``posix_spawn`` costs a fraction of ``subprocess``'s for a task of milliseconds. The task
+    inherits no descriptor but its streams: Python opens every other one non-inheritable. A
+    Python built without its ``setsid`` (against a C library older than glibc 2.26, as some
+    HPC distributions of Python are) starts tasks with ``subprocess`` instead.
+    """
+    global _SPAWN_SETSID
+    argv = [shell, b"-c", os.fsencode(command)]
+    if _SPAWN_SETSID:
+        try:
+            return os.posix_spawn(
+                shell,
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, out, 1),
+                    (os.POSIX_SPAWN_DUP2, err, 2),
+                ],
+                setsid=True,
+                setsigdef=_IGNORED_BY_PYTHON,
+            )
+        except NotImplementedError:
+            _SPAWN_SETSID = False
+    child = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
+    )
+    child.returncode = 0  # the reaper waits for it (with its rusage), never Popen
+    return child.pid
 
 
 @contextlib.contextmanager
