@@ -47,9 +47,10 @@ from workflows.spec import Task, Workflow
 
 LAST_ANSWERS_S = 5.0
 """How long a run's end waits to hear how the attempts on its ended pilots ended."""
-GATHER_S = 0.002
+GATHER_S = 0.02
 """After a pass that sent attempts ahead, the loop gathers events this long once one came, so
-that one pass takes in several results: the workers have work meanwhile."""
+that one pass takes in many results (a pass, its store write and its frames cost about as much
+as a dozen results): the workers have work meanwhile."""
 
 
 async def next_events(

@@ -27,11 +27,11 @@ class Durations:
     """The latest successful task durations of one stage (``window`` of them), kept sorted for
     residual-life queries.
 
-    A stage adds one duration per task and is asked for forecasts on every
-    pass of the engine, so both are cheap: an addition shifts two arrays
-    (sorted values and their suffix sums) in place, a query is a binary search.
-    The window bounds that shift for a stage of a million tasks, and follows
-    durations that drift as a stage goes on.
+    A stage adds one duration per task, so an addition is cheap: it shifts the sorted values
+    in place and keeps their total. Their suffix sums, which a residual-life query reads by
+    binary search, are summed when a query comes after additions (a planner that asks for no
+    forecast costs none). The window bounds that work for a stage of a million tasks, and
+    follows durations that drift as a stage goes on.
     """
 
     def __init__(self, prior: float | None = None, window: int = 4096) -> None:
@@ -40,8 +40,10 @@ class Durations:
         self.window = window
         self._n = 0
         self._values = np.empty(16)
-        self._suffix = np.zeros(17)
-        """``_suffix[i]`` is the total of the ``i``-th shortest onward (0 past the end)."""
+        self._total = 0.0
+        self._suffix: np.ndarray | None = None
+        """``_suffix[i]`` is the total of the ``i``-th shortest onward (0 past the end), as of
+        the last query; None after an addition."""
         self._arrivals: deque[float] = deque()
         """The durations in the window, oldest first."""
         self._dropped = 0
@@ -53,33 +55,32 @@ class Durations:
         n = self._n
         if n == len(self._values):
             self._grow()
-        values, suffix = self._values, self._suffix
+        values = self._values
         at = int(values[:n].searchsorted(duration, side="right"))
         values[at + 1 : n + 1] = values[at:n]
         values[at] = duration
-        suffix[at + 1 : n + 2] = suffix[at : n + 1]
-        suffix[: at + 1] += duration
         self._n = n + 1
+        self._total += float(duration)
+        self._suffix = None
 
     def _drop(self, duration: float) -> None:
-        """Forget the oldest duration; the suffix sums are summed afresh once per window, so
-        that subtractions leave no drift."""
+        """Forget the oldest duration; the total is summed afresh once per window, so that
+        subtractions leave no drift."""
         n = self._n
-        values, suffix = self._values, self._suffix
+        values = self._values
         at = int(values[:n].searchsorted(duration, side="left"))
         values[at : n - 1] = values[at + 1 : n]
-        suffix[: at + 1] -= duration
-        suffix[at + 1 : n] = suffix[at + 2 : n + 1]
         self._n = n - 1
+        self._total -= float(duration)
         self._dropped += 1
         if self._dropped % self.window == 0:
-            suffix[: n - 1] = np.cumsum(values[: n - 1][::-1])[::-1]
+            self._total = float(values[: n - 1].sum())
 
     def _grow(self) -> None:
         n = self._n
-        values, suffix = np.empty(2 * n), np.zeros(2 * n + 1)
-        values[:n], suffix[: n + 1] = self._values[:n], self._suffix[: n + 1]
-        self._values, self._suffix = values, suffix
+        values = np.empty(2 * n)
+        values[:n] = self._values[:n]
+        self._values = values
 
     def __len__(self) -> int:
         return self._n
@@ -91,7 +92,7 @@ class Durations:
     @property
     def mean(self) -> float | None:
         if self._n:
-            return float(self._suffix[0]) / self._n
+            return self._total / self._n
         return self.prior
 
     def remaining(self, elapsed: ArrayLike) -> np.ndarray | None:
@@ -101,7 +102,11 @@ class Durations:
         n = self._n
         if not n:
             return None if self.prior is None else np.maximum(self.prior - elapsed, 0.0)
-        i = self._values[:n].searchsorted(elapsed, side="right")
+        values = self._values[:n]
+        if self._suffix is None:
+            self._suffix = np.zeros(n + 1)
+            self._suffix[:n] = np.cumsum(values[::-1])[::-1]
+        i = values.searchsorted(elapsed, side="right")
         longer = n - i
         return np.where(longer > 0, self._suffix[i] / np.maximum(longer, 1) - elapsed, 0.0)
 

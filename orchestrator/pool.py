@@ -26,9 +26,11 @@ from learners.resources import PACKED, Resources
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.workerqueue import Key, WorkerQueue
 
-AHEAD_DEPTH = 3
-"""A worker that queues holds at most this many capacities' worth of attempts ahead: enough
-that it has work while the manager gathers several results into one pass."""
+AHEAD_DEPTH = 16
+"""A worker that queues holds at most this many capacities' worth of attempts ahead (a stage
+asks for less when its tasks are longer, ``runstate.AHEAD_S``): enough that it has work
+while the manager gathers a pass's results (``engine.GATHER_S``) and the worker's results
+linger for company (``worker.RESULT_LINGER_S``), for tasks of a few milliseconds."""
 
 
 class Worker(Protocol):
@@ -87,13 +89,13 @@ class Slot:
         """Whether its worker takes new attempts that run until ``until``."""
         return self.worker.end_time >= until and self.worker.accepting
 
-    def has_room(self, allocation: Resources, ahead: bool = False) -> bool:
-        """Whether ``allocation`` fits in what is free or, ``ahead``, in
-        :data:`AHEAD_DEPTH` capacities more (and in the worker)."""
+    def has_room(self, allocation: Resources, ahead: int = 0) -> bool:
+        """Whether ``allocation`` fits in what is free or, given ``ahead``, in that many
+        capacities more (and in the worker)."""
         capacity, used = self.worker.capacity, self.used
         if ahead and not allocation.fits_in(capacity):
             return False
-        k = 1 + AHEAD_DEPTH if ahead else 1
+        k = 1 + ahead
         return (
             allocation.cores <= k * capacity.cores - used.cores + 1e-9
             and allocation.memory <= k * capacity.memory - used.memory + 1e-9
@@ -156,17 +158,23 @@ class Pool:
         return self._running[pilot_id] > 0
 
     def place(
-        self, stage: str, allocation: Resources, until: float, ahead: bool = False
+        self,
+        stage: str,
+        allocation: Resources,
+        until: float,
+        ahead: bool = False,
+        depth: int = AHEAD_DEPTH,
     ) -> Slot | None:
         """Reserve ``allocation`` on the best worker for a task of ``stage`` running ``until``;
-        ``ahead``: on a full worker that queues, if none has room.
+        ``ahead``: on a full worker that queues, if none has room, within ``depth`` (at most
+        :data:`AHEAD_DEPTH`) capacities' worth more than it runs.
 
         Workers of the stage's own pilot come first; among equals, the one the
         task fills most (best fit), to keep room for larger tasks elsewhere.
         """
-        slot = self._best(self._groups, stage, allocation, until, ahead=False)
+        slot = self._best(self._groups, stage, allocation, until, ahead=0)
         if slot is None and ahead:
-            slot = self._best(self._ahead, stage, allocation, until, ahead=True)
+            slot = self._best(self._ahead, stage, allocation, until, ahead=min(depth, AHEAD_DEPTH))
         if slot is not None:
             self._take(slot, allocation)
         return slot
@@ -177,7 +185,7 @@ class Pool:
         stage: str,
         allocation: Resources,
         until: float,
-        ahead: bool,
+        ahead: int,
     ) -> Slot | None:
         slot = self._first_fit(orders, [g for g in orders if stage in g], allocation, until, ahead)
         if slot is None and self.share:
@@ -191,10 +199,12 @@ class Pool:
         groups: list[frozenset[str]],
         allocation: Resources,
         until: float,
-        ahead: bool,
+        ahead: int,
     ) -> Slot | None:
-        """Of the workers in ``groups`` with room for ``allocation`` until ``until``, the one
-        with the fewest cores free (the first to join among equals)."""
+        """Of the workers in ``groups`` with room for ``allocation`` until ``until`` (and
+        ``ahead`` capacities more), the one with the fewest cores free (the first to join
+        among equals); the order of room ahead is that of :data:`AHEAD_DEPTH`, so a shallower
+        ``ahead`` passes over the workers full to it."""
         best: tuple[float, int, Slot] | None = None
         for group in groups:
             order = orders[group]

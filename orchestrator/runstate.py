@@ -32,7 +32,7 @@ from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoi
 from orchestrator.forecast import Durations
 from orchestrator.human import count, listing, unfittable
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
-from orchestrator.pool import Pool, Slot, Worker
+from orchestrator.pool import AHEAD_DEPTH, Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
 from orchestrator.runs import ON_WORKER, OnWorker, SavedRun
 from orchestrator.runs import RunState as Status
@@ -42,9 +42,11 @@ from workflows.spec import Allocation, Stage, Task, Workflow
 
 AHEAD_BELOW_S = 0.1
 """A stage whose tasks take less than this on average also sends them ahead, to full workers
-that hold them until they have room (up to ``pool.AHEAD_DEPTH`` capacities' worth): the
-manager's round trip then leaves no worker idle, and a stage's last tasks wait at most about
-``AHEAD_DEPTH`` times this behind others."""
+that hold them until they have room: the manager's round trip then leaves no worker idle."""
+AHEAD_S = 0.2
+"""How much of such a stage's work a worker holds ahead, on average (at least a capacity's
+worth, at most ``pool.AHEAD_DEPTH``): enough for the manager to gather many results into a
+pass, and a stage's last tasks wait about this long at most behind others."""
 
 
 class WaitLearner(Protocol):
@@ -66,7 +68,7 @@ class TaskState(StrEnum):
     FAILED = "failed"
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRun:
     task: Task
     features: TaskFeatures
@@ -661,6 +663,7 @@ class RunState:
                 continue
             mean = stage.durations.mean
             ahead = mean is not None and mean < AHEAD_BELOW_S
+            depth = math.ceil(AHEAD_S / mean) if ahead and mean > 0 else AHEAD_DEPTH
             while stage.queue:
                 task = stage.queue[0]
                 if task.allocation is None:
@@ -675,7 +678,9 @@ class RunState:
                 expected = task.allocation.wall
                 if expected == float("inf"):
                     expected = stage.durations.mean or 0.0
-                slot = self.pool.place(stage.spec.name, task.allocation, now + expected, ahead)
+                slot = self.pool.place(
+                    stage.spec.name, task.allocation, now + expected, ahead, depth
+                )
                 if slot is None:
                     largest = self.pool.largest_for(stage.spec.name)
                     if not self._own_workers(stage) or largest is None:

@@ -359,7 +359,7 @@ async def _execute(
     share = {s.name: stage_share(s, own[s.name], s.tasks.size) for s in workflow.stages}
 
     def features(task: Task) -> TaskFeatures:
-        truth = truths.get(task.id)
+        truth = truths.get(task.id) if truths else None
         size = truth.input_size if truth else None
         return TaskFeatures(
             task.category,

@@ -234,9 +234,17 @@ class Store:
         Changes to one row merge (the later value of a field wins), so a row changed on
         every pass is written once per flush, and rows of one shape go in one statement.
         """
-        _upsert_sql(table, tuple(key), tuple(fields))  # checks the columns here, not at the flush
-        row = (table, tuple(key[k] for k in TABLES[table][0]))
-        self._pending.setdefault(row, {}).update((n, _encode(n, v)) for n, v in fields.items())
+        in_order, as_json = _shape(table, tuple(key), tuple(fields))
+        values = tuple(key.values()) if in_order else tuple(key[k] for k in TABLES[table][0])
+        for name in as_json:
+            if (value := fields[name]) is not None:
+                fields[name] = _ENCODER.encode(value)
+        row = (table, values)
+        queued = self._pending.get(row)
+        if queued is None:
+            self._pending[row] = fields  # a dict of this call's own
+        else:
+            queued.update(fields)
 
     async def flush(self) -> None:
         """Write every queued change in one transaction: the write-ahead step before acting."""
@@ -395,6 +403,16 @@ def _setup(db: sqlite3.Connection) -> None:
     if db.execute("PRAGMA user_version").fetchone() != (SCHEMA_VERSION,):  # an open writes nothing
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     db.commit()
+
+
+@cache
+def _shape(
+    table: str, key: tuple[str, ...], fields: tuple[str, ...]
+) -> tuple[bool, tuple[str, ...]]:
+    """Whether ``key`` names the table's key columns in their order, and which of ``fields``
+    are stored as JSON; checks the columns, once per shape of row (not at the flush)."""
+    _upsert_sql(table, key, fields)
+    return key == TABLES[table][0], tuple(f for f in fields if f in _JSON)
 
 
 @cache

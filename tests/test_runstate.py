@@ -309,6 +309,7 @@ def ended(launch: Launch, wall: float) -> AttemptEnded:
 
 
 MANY = TWO_STAGES.replace("count = 3", "count = 12")
+LONG = TWO_STAGES.replace("count = 3", "count = 40")  # more than AHEAD_DEPTH sent ahead
 
 
 def test_short_tasks_are_sent_ahead_to_full_workers_that_queue_and_long_ones_are_not():
@@ -316,7 +317,7 @@ def test_short_tasks_are_sent_ahead_to_full_workers_that_queue_and_long_ones_are
     AHEAD_DEPTH capacities' worth more, which it starts as room frees; never a simulated
     worker, never long tasks."""
     for queues, wall, ahead in ((True, 0.01, 2 * AHEAD_DEPTH), (True, 5.0, 0), (False, 0.01, 0)):
-        state, _ = new_state(MANY)
+        state, _ = new_state(LONG)
         state.start()
         started_pilot(state, "a", "7")
         state.apply(WorkerJoined(Node("n1", "7", queues=queues)))
@@ -331,7 +332,7 @@ def test_short_tasks_are_sent_ahead_to_full_workers_that_queue_and_long_ones_are
 def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
     """The record calls running only what the worker runs: an attempt sent ahead waits, with
     no start, until a result frees its room, and starts then."""
-    state, rows = new_state(MANY)
+    state, rows = new_state(LONG)
     state.start()
     started_pilot(state, "a", "7")
     state.apply(WorkerJoined(Node("n1", "7", queues=True)))

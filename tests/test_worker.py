@@ -165,6 +165,30 @@ async def test_environment_and_sandbox(tmp_path):
     assert protocol.SECRET_ENV not in env
 
 
+async def test_a_python_without_posix_spawn_sessions_starts_tasks_with_subprocess(
+    runner, tmp_path, monkeypatch
+):
+    """A Python built against a C library whose posix_spawn cannot start a session (glibc
+    before 2.26) starts tasks with subprocess: in their working directory, a session of their
+    own, their streams captured."""
+
+    def no_setsid(*args, **kwargs):
+        raise NotImplementedError("setsid is not supported on this platform")
+
+    monkeypatch.setattr(os, "posix_spawn", no_setsid)
+    monkeypatch.setattr(taskrun, "_SPAWN_SETSID", True)
+    work = tmp_path / "work"
+    work.mkdir()
+    command = "echo cwd=$(pwd) pid=$$ sid=$(cut -d' ' -f6 /proc/$$/stat); echo oops >&2"
+    for attempt in (0, 1):  # the second one goes straight to subprocess
+        result = await runner.run(AttemptSpec("old", attempt, command, SMALL, workdir=str(work)))
+        assert result.outcome is Outcome.SUCCESS
+        said = dict(word.split("=") for word in result.stdout.head.split())
+        assert said["cwd"] == str(work) and said["sid"] == said["pid"]
+        assert result.stderr.head == "oops\n"
+    assert not taskrun._SPAWN_SETSID
+
+
 def test_sandbox_names_are_safe_and_distinct():
     assert sandbox_name("stage.12", 0) == "stage.12.0"
     assert "/" not in sandbox_name("a/b", 1)

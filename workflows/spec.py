@@ -135,6 +135,7 @@ class Stage:
         size = t.size if first is None else min(first, t.size)
         items: Iterable[str | None] = t.items[:size] if t.items is not None else [None] * size
         places = {"workdir": workdir, "rundir": rundir}
+        category, declared = t.category or self.name, t.declared  # the same for every task
         return tuple(
             Task(
                 stage=self.name,
@@ -142,8 +143,8 @@ class Stage:
                 command=template.render(
                     t.command, stage=self.name, index=index, item=item, **places
                 ),
-                category=t.category or self.name,
-                declared=t.declared,
+                category=category,
+                declared=declared,
                 max_attempts=t.max_attempts,
                 item=item,
                 outputs=tuple(

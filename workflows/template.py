@@ -23,6 +23,7 @@ import itertools
 import re
 import shlex
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import PurePosixPath
 from string import Formatter
 
@@ -111,10 +112,13 @@ def render(
 ) -> str:
     """``template`` with its placeholders replaced by their values, shell-quoted unless
     ``quote`` is false (an output pattern is a path, not a shell word)."""
+    pieces = _pieces(template)
+    if all(name is None for _, name, _, _ in pieces):  # no placeholder: the same for every task
+        return "".join(literal for literal, _, _, _ in pieces)
     values = {"index": index, "stage": stage, "workdir": workdir, "rundir": rundir}
     values |= item_values(item) if item is not None else dict.fromkeys(ITEM)
     out = []
-    for literal, name, spec, _ in _pieces(template):
+    for literal, name, spec, _ in pieces:
         out.append(literal)
         if name is not None:
             value = values[name]
@@ -240,9 +244,12 @@ def _quoted_bytes(value: str) -> int:
     return len(shlex.quote(value).encode())
 
 
-def _pieces(template: str) -> list[tuple[str, str | None, str | None, str | None]]:
+@lru_cache(maxsize=256)
+def _pieces(template: str) -> tuple[tuple[str, str | None, str | None, str | None], ...]:
+    """The literal text and placeholders of ``template``, parsed once per template (a stage
+    renders the same command for each of its tasks)."""
     try:
-        return list(Formatter().parse(template))
+        return tuple(Formatter().parse(template))
     except ValueError as e:
         reason = str(e).lower().replace("single", "unmatched")
         raise ValueError(f"{reason} (write {{{{ or }}}} for a literal brace)") from None

@@ -38,6 +38,8 @@ ATTEMPT_TOKEN = "LEADTIME_ATTEMPT_TOKEN"
 WORKER_TOKEN = "LEADTIME_WORKER_TOKEN"
 _SWEEPS = 10
 """Rounds of a sweep: a process may fork while its siblings are killed."""
+_sentinels: set[int] = set()
+"""The pids of this process's sentinels (:class:`Sentinel`): children that run no attempt."""
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -50,10 +52,15 @@ def _environ_tokens(pid: int) -> tuple[str | None, str | None]:
     """The (attempt, worker) tokens in ``pid``'s environment; None where it has none or we
     may not read it."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
+        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None, None
+    try:
+        data = _read_all(fd)
+    except OSError:
+        return None, None
+    finally:
+        os.close(fd)
     found: dict[bytes, str] = {}
     for name in (ATTEMPT_TOKEN.encode(), WORKER_TOKEN.encode()):
         at = data.find(name + b"=")
@@ -97,13 +104,25 @@ def adopting() -> bool:
 
 
 def _children() -> set[int]:
-    """This process's children, whichever of its threads they hang from."""
+    """This process's children, whichever of its threads they hang from, but its sentinels
+    (no attempt's: a sweep need not read them)."""
     found: set[int] = set()
     for tid in os.listdir("/proc/self/task"):
-        path = f"/proc/self/task/{tid}/children"
-        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:  # or it ended:
-            found.update(int(pid) for pid in f.read().split())  # ours never fork
-    return found
+        with contextlib.suppress(FileNotFoundError):  # or the thread ended
+            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                found.update(int(pid) for pid in _read_all(fd).split())  # ours never fork
+            finally:
+                os.close(fd)
+    return found - _sentinels
+
+
+def _read_all(fd: int) -> bytes:
+    """What a /proc file holds, read with plain system calls (no buffered file object)."""
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _reap(pid: int) -> bool:
@@ -231,6 +250,7 @@ class Sentinel:
             _watch(read, worker_token, scratch)
         os.close(read)
         self.pid = pid
+        _sentinels.add(pid)
 
     def close(self) -> None:
         """The worker ends normally: the sentinel sweeps (finding nothing, if all is well)."""
@@ -238,6 +258,7 @@ class Sentinel:
             os.close(self._write)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+        _sentinels.discard(self.pid)
 
 
 def _watch(pipe: int, worker_token: str, scratch: Path | None) -> None:

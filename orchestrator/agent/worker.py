@@ -69,7 +69,7 @@ EXIT_REFUSED = 4
 
 RESEND_S = 60.0
 """Results sent this recently are sent again to a manager the worker registers with anew."""
-RESULT_LINGER_S = 0.002
+RESULT_LINGER_S = 0.01
 """While attempts sent ahead wait here, a result waits up to this long for the next ones to
 leave with it: the manager has given this worker work, and fewer, larger frames cost both
 sides less (its loop gathers results as long)."""
