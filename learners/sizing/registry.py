@@ -152,7 +152,8 @@ def make_sizer(
             make_sizer(c, worker=worker, seed=seed, resources=resources, minimum=minimum)
             for c in SELECTED
         ]
-        return Selector(name, candidates)
+        by_input = [split_sizer(c)[1] is not None for c in SELECTED]
+        return Selector(name, candidates, by_input=by_input)
     rng = np.random.default_rng(seed)
     if companion is None:
         factory = _factory(base, resources, worker, rng, options)
