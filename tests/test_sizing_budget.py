@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from learners.resources import Resources
-from learners.sizing import Record, TaskFeatures
+from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
 from learners.sizing.budget import BudgetCategory
 
 
@@ -49,3 +49,47 @@ def test_a_retry_gets_the_largest_seen_or_twice_what_the_killed_attempt_reached(
     task = TaskFeatures("a")
     assert category.retry(task, "memory", 300.0, 310.0) == 1000.0
     assert category.retry(task, "memory", 900.0, 910.0) == 1820.0  # not just above the largest
+
+
+def test_a_retry_below_many_records_gets_their_largest_grown_by_one_over_their_count():
+    category = BudgetCategory(("memory",))
+    for value in range(1000, 2001, 10):  # 101 records, 1000 to 2000 MB
+        category.observe(record(float(value)))
+    task = TaskFeatures("a")
+    above = 4  # 1970, 1980, 1990, 2000 lie above the 1965 MB it reached
+    assert category.retry(task, "memory", 1960.0, 1965.0) == pytest.approx(2000 * (1 + 1 / above))
+    assert category.retry(task, "memory", 2000.0, 2010.0) == 4020.0  # above every record
+
+
+def test_cores_are_the_worker_share_memory_and_disk_take_or_the_use_of_nine_tasks_in_ten():
+    worker = Resources(16, 64000, 64000)
+    category = BudgetCategory(("cores", "memory", "disk"), worker=worker)
+    for i in range(200):  # use 1 to 10 cores, 10% above 9; memory half the worker
+        category.observe(Record(TaskFeatures("a"), Resources(1 + i % 10, 32000.0, 100.0, 60.0)))
+    first = category.first(TaskFeatures("a"))
+    assert first["memory"] == 32000.0
+    assert first["cores"] == 9.0  # the use only 10% of the tasks exceed; half the worker is 8
+    alone = BudgetCategory(("cores", "memory"), worker=worker)
+    for i in range(200):
+        alone.observe(Record(TaskFeatures("a"), Resources(1 + i % 4, 48000.0, 100.0, 60.0)))
+    assert alone.first(TaskFeatures("a"))["cores"] == 4.0  # memory takes 3/4 of the worker: 12
+    assert alone.first(TaskFeatures("a"))["memory"] == 48000.0
+    few = BudgetCategory(("cores", "memory"), worker=worker)
+    few.observe(Record(TaskFeatures("a"), Resources(2, 60000.0, 100.0, 60.0)))
+    assert few.first(TaskFeatures("a"))["cores"] == 2.0  # never above the use's quantile
+
+
+def test_a_retry_beyond_every_success_grows_the_task_s_other_resources_alike():
+    """A workflow whose tasks change size in phases: the memory kill comes first, the disk one
+    late; the retry's disk grows with its memory."""
+    sizer = make_sizer("budget", worker=Resources(16, 64000, 64000))
+    task = TaskFeatures("a")
+    for i in range(100):
+        sizer.observe(Record(task, Resources(1, 3000.0 + 10 * i, 3000.0 + 10 * i, 150.0)))
+    first = sizer.allocate(task)
+    shifted = sizer.allocate(task, first, Exhaustion("memory", 9000.0))
+    assert shifted.memory == 18000.0
+    assert shifted.disk == pytest.approx(first.disk * 18000.0 / first.memory)
+    assert shifted.cores == first.cores
+    within = sizer.allocate(task, first, Exhaustion("memory", first.memory + 1))
+    assert within.disk == first.disk  # a kill within what succeeded says nothing of disk

@@ -14,10 +14,21 @@ killed attempt reached counts as a record too (the task needed more), so a categ
 whose tasks outgrow their allocations stops allocating what kills them. While the
 share of the category's recent attempts that were killed is above the budget (a
 moving average over about :data:`RECENT` attempts), first attempts get the largest
-value seen instead: the budget is a limit, not a target. Cores take the same quantile
-of the measured use. A retry gets the larger of the largest value seen and twice what
-the killed attempt reached (a monitor reports the first sample above the limit, often
-just above it).
+value seen instead: the budget is a limit, not a target.
+
+Cores are not a limit: a task given fewer cores than it uses runs slower and holds
+them longer, so it wastes none of them; cores above its use are waste. A task's cores
+are the share of a worker its memory and disk already take (cores beyond that share
+would find no task to serve beside it), or where that is more the use that only
+:data:`SLOWED` of the category's tasks exceed, never more than the quantile of the use.
+
+A retry gets the largest value seen, grown toward twice what the killed attempt reached
+(a monitor reports the first sample above the limit, often just above it) by the chance
+``1 / k`` that the task exceeds the ``k`` records above what it reached; with no record
+above, twice what it reached. A killed attempt that reached more than every success shows
+a task outside what the category has shown so far (a workflow whose tasks change size in
+phases): its other resources grow in the same proportion (:meth:`BudgetCategory.alongside`),
+since a task killed for memory says nothing of its disk until that kills it too, late.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import math
 
 import numpy as np
 
-from learners.resources import Resource
+from learners.resources import PACKED, Resource, Resources
 from learners.sizing.base import Record, TaskFeatures
 from learners.sizing.bucketing import Points
 
@@ -37,29 +48,57 @@ RECENT = 20
 """Attempts the moving kill share of a category spans, about."""
 SLOWING: frozenset[str] = frozenset({"cores"})
 """Resources a task is not killed for: fewer of them make it slower."""
+SLOWED = 0.1
+"""Share of a category's tasks that may get fewer cores than they use, beyond the worker
+share their memory and disk take: a task slowed down ends the run later when it is among
+the last, and a run whose workers are not full gains nothing from it (on nf-core traces,
+the median use slowed half the tasks and lost up to 0.45 of the throughput)."""
 
 
 class BudgetCategory:
     """One category's resources under the retry budget; records are successful peaks."""
 
-    def __init__(self, resources: tuple[Resource, ...], *, budget: float = BUDGET) -> None:
+    def __init__(
+        self,
+        resources: tuple[Resource, ...],
+        *,
+        budget: float = BUDGET,
+        worker: Resources | None = None,
+    ) -> None:
         if not 0 < budget < 1:
             raise ValueError(f"the retry budget is a share of tasks in (0, 1), not {budget}")
         self.resources = resources
-        killers = [r for r in resources if r not in SLOWING]
+        self.worker = worker
+        """The worker whose share of memory and disk sets a task's cores (none: the quantile)."""
+        killers = self.killers = tuple(r for r in resources if r not in SLOWING)
         self.level = 1.0 - budget / max(1, len(killers))
         """The quantile of the peaks a first attempt gets."""
         self.budget = budget
         self.peaks = {r: Points() for r in resources}
         self.killed = 0.0
         """Moving share of the category's ended attempts that were killed."""
+        self.succeeded = {r: 0.0 for r in resources}
+        """The largest successful peak per resource (the records also hold killed values)."""
 
     def first(self, task: TaskFeatures) -> dict[Resource, float]:
         """The quantile per resource with records; the others are left to the prior."""
         declared = task.declared
-        return {
-            r: self.quantile(r) for r in self.resources if self.peaks[r].n and r not in declared
-        }
+        out = {r: self.quantile(r) for r in self.resources if self.peaks[r].n and r not in declared}
+        if "cores" in out and self.worker is not None:
+            out["cores"] = self.cores(out, self.worker)
+        return out
+
+    def cores(self, sized: dict[Resource, float], worker: Resources) -> float:
+        """The share of ``worker`` the task's ``sized`` memory and disk take, in cores, or the
+        :data:`SLOWED` quantile of the use where that is more; never more than the quantile
+        of the use the killers get."""
+        share = max(
+            (sized[r] / worker[r] for r in PACKED if r in sized and r not in SLOWING),
+            default=0.0,
+        )
+        points = self.peaks["cores"]
+        slowed = float(points.values[max(0, math.ceil((1.0 - SLOWED) * points.n) - 1)])
+        return min(sized["cores"], max(share * worker.cores, slowed))
 
     def quantile(self, resource: Resource) -> float:
         """The smallest value at or above the ``level`` share of the records, both of every
@@ -88,8 +127,19 @@ class BudgetCategory:
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
     ) -> float:
         points = self.peaks[resource]
-        top = float(points.values[-1]) if points.n else -math.inf
-        return max(top, 2 * measured)
+        above = points.n - int(np.searchsorted(points.values, measured, side="right"))
+        if not above:
+            return 2 * measured
+        top = float(points.values[-1])
+        return max(top, min(2 * measured, top * (1.0 + 1.0 / above)))
+
+    def alongside(self, resource: Resource, measured: float) -> tuple[Resource, ...]:
+        """The other resources a retry grows in proportion to ``resource``: the ones a task is
+        killed for, when the killed attempt reached ``measured``, beyond every success."""
+        known = self.succeeded[resource]
+        if not known or measured <= known:
+            return ()
+        return tuple(r for r in self.killers if r != resource)
 
     def observe(self, record: Record) -> None:
         self.killed -= self.killed / RECENT
@@ -97,6 +147,7 @@ class BudgetCategory:
             value = record.peak[r]
             if value >= 0 and math.isfinite(value):
                 self.peaks[r].add(value)
+                self.succeeded[r] = max(self.succeeded[r], value)
 
     def exhausted(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float

@@ -173,7 +173,7 @@ def _factory(
     options: Mapping[str, Any],
 ) -> Factory:
     if name == "budget":
-        return lambda _: BudgetCategory(resources, **options)
+        return lambda _: BudgetCategory(resources, worker=worker, **options)
     if _family(name) == "tovar":
         base = name.removesuffix("-doubling")
         mode = "max-throughput" if base == "max-xput" else base
