@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from learners.resources import Resources
-from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
+from learners.sizing import Record, TaskFeatures
 from learners.sizing.budget import BudgetCategory
 
 
@@ -77,19 +77,3 @@ def test_cores_are_the_worker_share_memory_and_disk_take_or_the_use_of_nine_task
     few = BudgetCategory(("cores", "memory"), worker=worker)
     few.observe(Record(TaskFeatures("a"), Resources(2, 60000.0, 100.0, 60.0)))
     assert few.first(TaskFeatures("a"))["cores"] == 2.0  # never above the use's quantile
-
-
-def test_a_retry_beyond_every_success_grows_the_task_s_other_resources_alike():
-    """A workflow whose tasks change size in phases: the memory kill comes first, the disk one
-    late; the retry's disk grows with its memory."""
-    sizer = make_sizer("budget", worker=Resources(16, 64000, 64000))
-    task = TaskFeatures("a")
-    for i in range(100):
-        sizer.observe(Record(task, Resources(1, 3000.0 + 10 * i, 3000.0 + 10 * i, 150.0)))
-    first = sizer.allocate(task)
-    shifted = sizer.allocate(task, first, Exhaustion("memory", 9000.0))
-    assert shifted.memory == 18000.0
-    assert shifted.disk == pytest.approx(first.disk * 18000.0 / first.memory)
-    assert shifted.cores == first.cores
-    within = sizer.allocate(task, first, Exhaustion("memory", first.memory + 1))
-    assert within.disk == first.disk  # a kill within what succeeded says nothing of disk

@@ -25,10 +25,7 @@ would find no task to serve beside it), or where that is more the use that only
 A retry gets the largest value seen, grown toward twice what the killed attempt reached
 (a monitor reports the first sample above the limit, often just above it) by the chance
 ``1 / k`` that the task exceeds the ``k`` records above what it reached; with no record
-above, twice what it reached. A killed attempt that reached more than every success shows
-a task outside what the category has shown so far (a workflow whose tasks change size in
-phases): its other resources grow in the same proportion (:meth:`BudgetCategory.alongside`),
-since a task killed for memory says nothing of its disk until that kills it too, late.
+above, twice what it reached.
 """
 
 from __future__ import annotations
@@ -70,15 +67,13 @@ class BudgetCategory:
         self.resources = resources
         self.worker = worker
         """The worker whose share of memory and disk sets a task's cores (none: the quantile)."""
-        killers = self.killers = tuple(r for r in resources if r not in SLOWING)
+        killers = [r for r in resources if r not in SLOWING]
         self.level = 1.0 - budget / max(1, len(killers))
         """The quantile of the peaks a first attempt gets."""
         self.budget = budget
         self.peaks = {r: Points() for r in resources}
         self.killed = 0.0
         """Moving share of the category's ended attempts that were killed."""
-        self.succeeded = {r: 0.0 for r in resources}
-        """The largest successful peak per resource (the records also hold killed values)."""
 
     def first(self, task: TaskFeatures) -> dict[Resource, float]:
         """The quantile per resource with records; the others are left to the prior."""
@@ -133,21 +128,12 @@ class BudgetCategory:
         top = float(points.values[-1])
         return max(top, min(2 * measured, top * (1.0 + 1.0 / above)))
 
-    def alongside(self, resource: Resource, measured: float) -> tuple[Resource, ...]:
-        """The other resources a retry grows in proportion to ``resource``: the ones a task is
-        killed for, when the killed attempt reached ``measured``, beyond every success."""
-        known = self.succeeded[resource]
-        if not known or measured <= known:
-            return ()
-        return tuple(r for r in self.killers if r != resource)
-
     def observe(self, record: Record) -> None:
         self.killed -= self.killed / RECENT
         for r in self.resources:
             value = record.peak[r]
             if value >= 0 and math.isfinite(value):
                 self.peaks[r].add(value)
-                self.succeeded[r] = max(self.succeeded[r], value)
 
     def exhausted(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float

@@ -7,8 +7,7 @@ should decide alone:
 
 - the TaskVine retry rule: only the exhausted resource is re-predicted, from the
   value it reached; the others keep what the failed attempt had;
-- a retry that would not grow the exhausted resource doubles it instead; a
-  :class:`JointLearner` may grow others in proportion;
+- a retry that would not grow the exhausted resource doubles it instead;
 - allocations stay within ``[minimum, worker]`` and positive; a task that
   exhausts a whole worker (or a size the user fixed) is :class:`Unfittable`;
 - sizes the user declared always win;
@@ -56,16 +55,6 @@ class ResourceLearner(Protocol):
 
     def exhausted(self, allocated: float, measured: float) -> None:
         """An attempt with ``allocated`` was killed having reached ``measured``."""
-        ...
-
-
-@runtime_checkable
-class JointLearner(Protocol):
-    """A category learner whose retry may grow resources other than the exhausted one."""
-
-    def alongside(self, resource: Resource, measured: float) -> tuple[Resource, ...]:
-        """The resources that grow in proportion to ``resource`` on a retry after an attempt
-        killed having reached ``measured`` of it."""
         ...
 
 
@@ -216,12 +205,7 @@ class Composite:
             if previous is None:
                 raise ValueError("a retry needs the previous allocation")
             values = {r: previous[r] for r in self.resources}
-            r = exhaustion.resource
-            values[r] = self._grown(task, learner, previous, exhaustion)
-            if isinstance(learner, JointLearner):
-                for other in learner.alongside(r, exhaustion.measured):
-                    if other not in task.declared:
-                        values[other] = previous[other] * values[r] / previous[r]
+            values[exhaustion.resource] = self._grown(task, learner, previous, exhaustion)
         return self._finish(task, values)
 
     def _grown(
