@@ -31,9 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from learners.kill_times import CALIBRATED, LEVELS
+from learners.kill_times import KILL_SHARE
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
 from learners.sizing.budget import BUDGET
@@ -42,10 +40,6 @@ from learners.sizing.history import History
 
 WARMUP = 5
 """Records a category's shadow scores need before they choose."""
-KILL_SHARE: dict[str, float] = {
-    r: float(np.interp(0.5, LEVELS, CALIBRATED.fraction[r][-1])) for r in CALIBRATED.fraction
-}
-"""Median share of its run an attempt runs before it is killed, per resource."""
 
 
 @dataclass
