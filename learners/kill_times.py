@@ -122,3 +122,9 @@ CALIBRATED = KillTimes(
     },
 )
 """The table of the bucketing paper's logs (``bench/sizing_kill_times.py``)."""
+
+KILL_SHARE: dict[str, float] = {
+    r: float(np.interp(0.5, LEVELS, CALIBRATED.fraction[r][-1])) for r in CALIBRATED.fraction
+}
+"""Median share of its run an attempt allocated near its peak runs before it is killed, per
+resource (memory within seconds, disk as it fills)."""

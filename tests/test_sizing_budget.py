@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from learners.resources import Resources
-from learners.sizing import Record, TaskFeatures
+from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
 from learners.sizing.budget import BudgetCategory
 
 
@@ -49,3 +49,130 @@ def test_a_retry_gets_the_largest_seen_or_twice_what_the_killed_attempt_reached(
     task = TaskFeatures("a")
     assert category.retry(task, "memory", 300.0, 310.0) == 1000.0
     assert category.retry(task, "memory", 900.0, 910.0) == 1820.0  # not just above the largest
+
+
+def test_a_retry_below_many_records_gets_their_largest_grown_by_one_over_their_count():
+    category = BudgetCategory(("memory",))
+    for value in range(1000, 2001, 10):  # 101 records, 1000 to 2000 MB
+        category.observe(record(float(value)))
+    task = TaskFeatures("a")
+    above = 4  # 1970, 1980, 1990, 2000 lie above the 1965 MB it reached
+    assert category.retry(task, "memory", 1960.0, 1965.0) == pytest.approx(2000 * (1 + 1 / above))
+    assert category.retry(task, "memory", 2000.0, 2010.0) == 4020.0  # above every record
+
+
+def test_cores_are_the_worker_share_memory_and_disk_take_or_the_use_of_nine_tasks_in_ten():
+    worker = Resources(16, 64000, 64000)
+    category = BudgetCategory(("cores", "memory", "disk"), worker=worker)
+    for i in range(200):  # use 1 to 10 cores, 10% above 9; memory half the worker
+        category.observe(Record(TaskFeatures("a"), Resources(1 + i % 10, 32000.0, 100.0, 60.0)))
+    first = category.first(TaskFeatures("a"))
+    assert first["memory"] == 32000.0
+    assert first["cores"] == 9.0  # the use only 10% of the tasks exceed; half the worker is 8
+    alone = BudgetCategory(("cores", "memory"), worker=worker)
+    for i in range(200):
+        alone.observe(Record(TaskFeatures("a"), Resources(1 + i % 4, 48000.0, 100.0, 60.0)))
+    assert alone.first(TaskFeatures("a"))["cores"] == 4.0  # memory takes 3/4 of the worker: 12
+    assert alone.first(TaskFeatures("a"))["memory"] == 48000.0
+    few = BudgetCategory(("cores", "memory"), worker=worker)
+    few.observe(Record(TaskFeatures("a"), Resources(2, 60000.0, 100.0, 60.0)))
+    assert few.first(TaskFeatures("a"))["cores"] == 2.0  # never above the use's quantile
+
+
+def phase(category: BudgetCategory, memory: float, disk: float, count: int = 100) -> None:
+    """``count`` successes around ``memory`` and ``disk`` (MB), spread by 1% steps."""
+    for i in range(count):
+        spread = 1.0 + (i % 20) / 100
+        category.observe(
+            Record(TaskFeatures("a"), Resources(1.0, memory * spread, disk * spread, 150.0))
+        )
+
+
+def test_a_kill_outside_what_the_category_showed_grows_the_retry_s_other_resources_alike():
+    """A workflow whose tasks change size in phases: memory is killed within seconds, disk
+    late, so a retry that kept its disk would be killed again."""
+    worker = Resources(16, 64000, 64000)
+    sizer = make_sizer("budget", worker=worker)
+    task = TaskFeatures("a")
+    for i in range(100):  # memory and disk 4,000 to 4,990 MB
+        sizer.observe(Record(task, Resources(1, 4000.0 + 10 * i, 4000.0 + 10 * i, 150.0)))
+    first = sizer.allocate(task)
+    tail = Exhaustion("memory", first.memory + 10)  # within what the category showed
+    sizer.observe_exhaustion(task, first, tail)
+    assert sizer.allocate(task, first, tail).disk == first.disk
+    shifted = Exhaustion("memory", 12000.0)  # beyond 4,990 + (4,990 - 4,490)
+    sizer.observe_exhaustion(task, first, shifted)
+    retry = sizer.allocate(task, first, shifted)
+    assert retry.memory >= 24000.0
+    assert retry.disk == pytest.approx(retry.memory)  # the same multiple of the same level
+
+
+def test_a_shift_sizes_first_attempts_at_the_multiple_of_their_level_it_showed():
+    category = BudgetCategory(("cores", "memory", "disk"))
+    phase(category, 4000.0, 4000.0)
+    before = category.first(TaskFeatures("a"))
+    assert not category.outside("memory", 5000.0)  # a tail event
+    category.exhausted(TaskFeatures("a"), "memory", before["memory"], 12000.0)
+    assert category.shift is not None
+    after = category.first(TaskFeatures("a"))
+    scale = 12000.0 / category.shift.base["memory"]
+    assert after["disk"] >= category.shift.base["disk"] * scale  # memory tells disk
+    assert after["memory"] >= 12000.0
+
+
+def test_a_shift_s_records_replace_the_older_ones_once_they_show_the_new_level():
+    category = BudgetCategory(("cores", "memory", "disk"))
+    phase(category, 4000.0, 4000.0)
+    category.exhausted(TaskFeatures("a"), "memory", 4800.0, 12000.0)
+    phase(category, 4000.0, 4000.0, count=60)  # tasks started before the shift end after it
+    for _ in range(20):
+        category.exhausted(TaskFeatures("a"), "memory", 4800.0, 11000.0)
+    assert category.shift is not None  # still killed: the new level has not shown
+    phase(category, 12000.0, 12000.0, count=60)
+    assert category.shift is None
+    assert category.first(TaskFeatures("a"))["disk"] >= 12000.0
+    assert category.peaks["disk"].n < 200  # the records before the shift are gone
+
+
+def test_a_storm_that_shows_no_new_level_ends_once_kills_are_back_within_budget():
+    category = BudgetCategory(("cores", "memory", "disk"))
+    phase(category, 4000.0, 4000.0)
+    category.exhausted(TaskFeatures("a"), "memory", 4800.0, 12000.0)
+    phase(category, 4000.0, 4000.0, count=100)
+    assert category.shift is None
+    assert category.peaks["memory"].n > 200  # nothing replaced
+
+
+def test_kills_beyond_the_budget_of_the_records_raise_the_quantile_s_level():
+    """The budget is a limit over the category's run, not only over its recent attempts."""
+    calm, killed = BudgetCategory(("memory",)), BudgetCategory(("memory",))
+    values = [float(v) for v in range(1000, 3000, 10)]  # 1,000 to 2,990 MB
+    for category in (calm, killed):
+        for value in values:
+            category.observe(record(value))
+    for _ in range(30):
+        killed.exhausted(TaskFeatures("a"), "memory", 900.0, 1000.0)
+    for category in (calm, killed):  # the moving kill share is long back within budget
+        for value in values:
+            category.observe(record(value))
+    assert killed.killed < killed.budget < killed.kills / killed.records
+    assert killed.first(TaskFeatures("a"))["memory"] > calm.first(TaskFeatures("a"))["memory"]
+
+
+def test_memory_follows_a_rise_in_disk_only_as_the_successes_since_show():
+    """A memory kill comes within seconds and tells at little cost; a simulation whose few
+    large outputs come late grows its disk alone (the Lobster CMS trace)."""
+    category = BudgetCategory(("cores", "memory", "disk"))
+    phase(category, 4000.0, 4000.0)
+    category.exhausted(TaskFeatures("a"), "disk", 4800.0, 12000.0)
+    assert category.alongside("disk", 12000.0, 24000.0) == {}  # memory keeps what it had
+    for _ in range(3):  # tasks beyond the disk fence whose memory rose too
+        category.observe(Record(TaskFeatures("a"), Resources(1.0, 12000.0, 13000.0, 150.0)))
+    grown = category.alongside("disk", 12000.0, 24000.0)
+    assert grown["memory"] == pytest.approx(24000.0)  # memory and disk had the same level
+    alone = BudgetCategory(("cores", "memory", "disk"))
+    phase(alone, 4000.0, 4000.0)
+    alone.exhausted(TaskFeatures("a"), "memory", 4800.0, 12000.0)
+    for _ in range(3):  # beyond the memory fence, disk as before: disk moves alone
+        alone.observe(Record(TaskFeatures("a"), Resources(1.0, 13000.0, 4000.0, 150.0)))
+    assert alone.alongside("memory", 12000.0, 24000.0) == {}

@@ -128,3 +128,20 @@ def test_tasks_of_declared_sizes_leave_the_candidates_unlearnt_but_the_history_f
     learnt = s.allocate(TaskFeatures("fixed")).memory  # asked: it learns what it was told
     assert all(c.state()["categories"] for c in s.candidates)
     assert 400 <= learnt < PRIOR_FLOOR["memory"]
+
+
+def test_a_candidate_that_regresses_on_input_size_waits_for_tasks_that_report_one():
+    names = ("whole", "budget")
+    s = Selector("test", [make_sizer(n, worker=WORKER) for n in names], by_input=[False, True])
+    for i in range(WARMUP + 20):
+        s.observe(record("blind", 2000))
+        s.observe(
+            Record(TaskFeatures("sized", input_size=1e6 * (i + 1)), Resources(1, 2000, 100, 60))
+        )
+    assert s.shadows["blind"][1].score > s.shadows["blind"][0].score
+    assert s.chosen("blind") is s.candidates[0]  # better by its score, but blind to inputs
+    assert s.chosen("sized") is s.candidates[1]
+
+
+def test_the_default_s_regressions_are_the_candidates_that_need_input_sizes():
+    assert make_sizer("select", worker=WORKER).by_input == (False, True, True)

@@ -11,22 +11,43 @@ the distribution's shape (see :meth:`BudgetCategory.quantile` for few records). 
 the bucketing paper, the n-th record weighs n, so that the quantile follows a workflow
 whose tasks grow as it goes, never below the quantile of every record; the value a
 killed attempt reached counts as a record too (the task needed more), so a category
-whose tasks outgrow their allocations stops allocating what kills them. While the
-share of the category's recent attempts that were killed is above the budget (a
-moving average over about :data:`RECENT` attempts), first attempts get the largest
-value seen instead: the budget is a limit, not a target. Cores take the same quantile
-of the measured use. A retry gets the larger of the largest value seen and twice what
-the killed attempt reached (a monitor reports the first sample above the limit, often
-just above it).
+whose tasks outgrow their allocations stops allocating what kills them. The budget is a
+limit, not a target: while the share of the category's recent attempts that were killed
+is above it (a moving average over about :data:`RECENT` attempts), first attempts get the
+largest value seen, and while the category's kills so far exceed the budget of its
+records, the quantile's level rises in proportion.
+
+Cores are not a limit: a task given fewer cores than it uses runs slower and holds
+them longer, so it wastes none of them; cores above its use are waste. A task's cores
+are the share of a worker its memory and disk already take (cores beyond that share
+would find no task to serve beside it), or where that is more the use that only
+:data:`SLOWED` of the category's tasks exceed, never more than the quantile of the use.
+
+A retry gets the largest value seen, grown toward twice what the killed attempt reached
+(a monitor reports the first sample above the limit, often just above it) by the chance
+``1 / k`` that the task exceeds the ``k`` records above what it reached; with no record
+above, twice what it reached.
+
+A workflow whose tasks change size in phases (the bucketing paper's trimodal workflow)
+kills a whole wave of tasks sized for the phase before, memory within seconds and disk
+late, and records of the new phase arrive only as its tasks end. A kill that reached
+beyond the category's largest success by more than that lies beyond the median
+(:meth:`BudgetCategory.outside`: a tail event stays within it) starts a :class:`Shift`:
+until the category has enough successes of its own since, every killing resource of a
+first attempt or a retry gets at least its level before the shift times the largest
+multiple of it seen since (memory tells disk), and its records since replace the older
+ones where they show the new level.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from learners.resources import Resource
+from learners.kill_times import KILL_SHARE
+from learners.resources import PACKED, Resource, Resources
 from learners.sizing.base import Record, TaskFeatures
 from learners.sizing.bucketing import Points
 
@@ -37,32 +58,143 @@ RECENT = 20
 """Attempts the moving kill share of a category spans, about."""
 SLOWING: frozenset[str] = frozenset({"cores"})
 """Resources a task is not killed for: fewer of them make it slower."""
+SLOWED = 0.1
+"""Share of a category's tasks that may get fewer cores than they use, beyond the worker
+share their memory and disk take: a task slowed down ends the run later when it is among
+the last, and a run whose workers are not full gains nothing from it (the median use, which
+slowed half the tasks, cut the k-Segments sarek trace's tasks per worker-hour from 99.7 to 35.4)."""
+
+
+def _kill_share(resource: Resource) -> float:
+    """When a kill for ``resource`` comes, as a share of the run: wall time at its end."""
+    return KILL_SHARE.get(resource, 1.0)
+
+
+def _at(points: Points, level: float) -> float:
+    """The smallest record at or above the ``level`` share of ``points``."""
+    return float(points.values[max(0, math.ceil(level * points.n) - 1)])
+
+
+@dataclass
+class Shift:
+    """A category whose tasks outgrew what it had shown: its level before, what came since,
+    and whether its resources move together."""
+
+    base: dict[Resource, float]
+    """Per killing resource, the quantile of the successes before the shift."""
+    fence: dict[Resource, float]
+    """Per killing resource, what a value had to exceed to show the shift."""
+    since: dict[Resource, Points] = field(default_factory=dict)
+    """Every value since the shift: successes and what killed attempts reached."""
+    succeeded: dict[Resource, Points] = field(default_factory=dict)
+    """The successes since the shift."""
+    scale: dict[Resource, float] = field(default_factory=dict)
+    """Per killing resource, the largest multiple of its base its values reached since."""
+    together: dict[Resource, int] = field(default_factory=dict)
+    """Per killing resource, successes beyond the fence in another resource and beyond its
+    own base (it moved with them), less those within its base (it did not)."""
+
+    def add(self, resource: Resource, value: float, *, success: bool) -> None:
+        if resource not in self.base:
+            return
+        self.since.setdefault(resource, Points()).add(value)
+        if success:
+            self.succeeded.setdefault(resource, Points()).add(value)
+        if self.base[resource] > 0:
+            self.scale[resource] = max(self.scale.get(resource, 1.0), value / self.base[resource])
+
+    def learn(self, peak: Resources) -> None:
+        """Whether each resource of a success moved with the others beyond their fence."""
+        beyond = [r for r in self.base if peak[r] > self.fence[r]]
+        for r in self.base:
+            if any(other != r for other in beyond):
+                self.together[r] = self.together.get(r, 0) + (1 if peak[r] > self.base[r] else -1)
+
+    def follows(self, resource: Resource, other: Resource) -> bool:
+        """Whether ``resource`` grows with a rise shown by ``other``: as the successes since
+        show, and until they do, if a kill for it would come later (memory is killed within
+        seconds, disk as it fills: waiting for a disk kill costs most of a run, a memory
+        kill tells at little cost)."""
+        together = self.together.get(resource, 0)
+        return together > 0 or (together == 0 and _kill_share(resource) > _kill_share(other))
+
+    def multiple(self, resource: Resource) -> float:
+        """How much the level of ``resource`` rose: its own largest multiple, or that of a
+        resource it follows where more."""
+        return max(
+            scale
+            for other, scale in {resource: 1.0, **self.scale}.items()
+            if other == resource or self.follows(resource, other)
+        )
+
+    def successes(self, resource: Resource) -> int:
+        points = self.succeeded.get(resource)
+        return points.n if points else 0
+
+    def floor(self, resource: Resource) -> float:
+        """The least a killing resource gets: its base times its multiple, grown by ``1 / n``
+        over the ``n`` successes since, as a category's first records are."""
+        grown = 1.0 + 1.0 / max(1, self.successes(resource))
+        return self.base[resource] * self.multiple(resource) * grown
 
 
 class BudgetCategory:
-    """One category's resources under the retry budget; records are successful peaks."""
+    """One category's resources under the retry budget."""
 
-    def __init__(self, resources: tuple[Resource, ...], *, budget: float = BUDGET) -> None:
+    def __init__(
+        self,
+        resources: tuple[Resource, ...],
+        *,
+        budget: float = BUDGET,
+        worker: Resources | None = None,
+    ) -> None:
         if not 0 < budget < 1:
             raise ValueError(f"the retry budget is a share of tasks in (0, 1), not {budget}")
         self.resources = resources
-        killers = [r for r in resources if r not in SLOWING]
-        self.level = 1.0 - budget / max(1, len(killers))
+        self.worker = worker
+        """The worker whose share of memory and disk sets a task's cores (none: the quantile)."""
+        self.killers = tuple(r for r in resources if r not in SLOWING)
+        self.level = 1.0 - budget / max(1, len(self.killers))
         """The quantile of the peaks a first attempt gets."""
         self.budget = budget
         self.peaks = {r: Points() for r in resources}
+        """Successful peaks and the values killed attempts reached."""
+        self.successes = {r: Points() for r in resources}
         self.killed = 0.0
         """Moving share of the category's ended attempts that were killed."""
+        self.kills = 0
+        self.records = 0
+        self.shift: Shift | None = None
+
+    def few(self, n: int) -> bool:
+        """Whether ``n`` records are too few for the quantile: its largest is grown instead."""
+        return n * (1.0 - self.level) < 1.0
 
     def first(self, task: TaskFeatures) -> dict[Resource, float]:
         """The quantile per resource with records; the others are left to the prior."""
         declared = task.declared
-        return {
-            r: self.quantile(r) for r in self.resources if self.peaks[r].n and r not in declared
-        }
+        out = {r: self.quantile(r) for r in self.resources if self.peaks[r].n and r not in declared}
+        if self.shift is not None:
+            for r in self.shift.base:
+                if r in out:
+                    out[r] = max(out[r], self.shift.floor(r))
+        if "cores" in out and self.worker is not None:
+            out["cores"] = self.cores(out, self.worker)
+        return out
+
+    def cores(self, sized: dict[Resource, float], worker: Resources) -> float:
+        """The share of ``worker`` the task's ``sized`` memory and disk take, in cores, or the
+        :data:`SLOWED` quantile of the use where that is more; never more than the quantile
+        of the use the killers get."""
+        share = max(
+            (sized[r] / worker[r] for r in PACKED if r in sized and r not in SLOWING),
+            default=0.0,
+        )
+        slowed = _at(self.peaks["cores"], 1.0 - SLOWED)
+        return min(sized["cores"], max(share * worker.cores, slowed))
 
     def quantile(self, resource: Resource) -> float:
-        """The smallest value at or above the ``level`` share of the records, both of every
+        """The smallest value at or above the level's share of the records, both of every
         record and weighted to the newest (the larger of the two).
 
         The first records of a category come from its quickest tasks, often its smallest:
@@ -70,37 +202,108 @@ class BudgetCategory:
         any is killed too small. With too few records for the quantile, their largest,
         grown by ``1 / n`` where a task is killed for it (the next of ``n`` tasks exceeds
         the largest of the ``n`` with a chance of ``1 / (n + 1)``, more than the budget).
+        The level is :attr:`level`, raised while the category's kills exceed the budget of
+        its records: the share above it shrinks by the share the kills overspent.
         """
         points = self.peaks[resource]
         n = points.n
         top = float(points.values[-1])
         if self.killed > self.budget:
             return top
-        if n * (1.0 - self.level) < 1.0:
+        if self.few(n):
             return top if resource in SLOWING else top * (1.0 + 1.0 / n)
+        level = self.level
+        if self.kills > self.budget * self.records:
+            level = 1.0 - (1.0 - level) * self.budget * self.records / self.kills
         weights = points.csig
-        at = int(np.searchsorted(weights, self.level * weights[-1], side="left"))
+        at = int(np.searchsorted(weights, level * weights[-1], side="left"))
         recent = points.values[min(max(at - 1, 0), n - 1)]
-        every = points.values[math.ceil(self.level * n) - 1]
-        return float(max(recent, every))
+        return float(max(recent, _at(points, level)))
 
     def retry(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
     ) -> float:
-        points = self.peaks[resource]
-        top = float(points.values[-1]) if points.n else -math.inf
-        return max(top, 2 * measured)
+        """From the records above what the killed attempt reached; in a shift, from the
+        successes since (the values killed attempts reached are no bound of this task's
+        need), never below the shift's floor."""
+        points, floor = self.peaks[resource], 0.0
+        if self.shift is not None and resource in self.shift.base:
+            points = self.shift.succeeded.get(resource) or Points()
+            floor = self.shift.floor(resource)
+        above = points.n - int(np.searchsorted(points.values, measured, side="right"))
+        if not above:
+            return max(floor, 2 * measured)
+        top = float(points.values[-1])
+        return max(floor, top, min(2 * measured, top * (1.0 + 1.0 / above)))
+
+    def alongside(self, resource: Resource, measured: float, grown: float) -> dict[Resource, float]:
+        """The other killing resources of a retry whose ``resource`` grew to ``grown``: in a
+        shift, the same multiple of their base as ``grown`` is of its own, for those that
+        move with it; else none (the others keep what they had)."""
+        shift = self.shift
+        if shift is None or resource not in shift.base or shift.base[resource] <= 0:
+            return {}
+        scale = grown / shift.base[resource]
+        return {
+            r: base * scale
+            for r, base in shift.base.items()
+            if r != resource and shift.follows(r, resource)
+        }
+
+    def outside(self, resource: Resource, measured: float) -> bool:
+        """Whether a killed attempt reached beyond the largest success by more than that lies
+        beyond the median: what a tail of the same tasks does not do (the trimodal workflow's
+        phase change, 1.3 to 2.1 times its largest success; the iid workflows' kills, at most
+        1.18 times theirs)."""
+        return not self.few(self.successes[resource].n) and measured > self._fence(resource)
+
+    def _fence(self, resource: Resource) -> float:
+        points = self.successes[resource]
+        top = float(points.values[-1])
+        return 2 * top - _at(points, 0.5)
 
     def observe(self, record: Record) -> None:
         self.killed -= self.killed / RECENT
+        self.records += 1
         for r in self.resources:
             value = record.peak[r]
             if value >= 0 and math.isfinite(value):
                 self.peaks[r].add(value)
+                self.successes[r].add(value)
+                if self.shift is not None:
+                    self.shift.add(r, value, success=True)
+        if self.shift is not None:
+            self.shift.learn(record.peak)
+        self._settle()
 
     def exhausted(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
     ) -> None:
         self.killed += (1.0 - self.killed) / RECENT
+        self.kills += 1
+        if self.shift is None and self.outside(resource, measured):
+            known = [r for r in self.killers if self.successes[r].n]
+            self.shift = Shift(
+                {r: _at(self.successes[r], self.level) for r in known},
+                {r: self._fence(r) for r in known},
+            )
         if self.peaks[resource].n:  # before the first record, the cold start learns it
             self.peaks[resource].add(measured)
+            if self.shift is not None:
+                self.shift.add(resource, measured, success=False)
+
+    def _settle(self) -> None:
+        """End a shift once every resource has enough successes of its own since: their
+        records replace the category's where their quantile lies beyond the fence (the new
+        level); without that for every resource, only once kills are back within budget
+        (the successes since may be tasks started before the shift, still of the old level)."""
+        shift = self.shift
+        if shift is None or any(self.few(shift.successes(r)) for r in shift.base):
+            return
+        risen = [r for r in shift.base if _at(shift.succeeded[r], self.level) > shift.fence[r]]
+        if len(risen) < len(shift.base) and self.killed > self.budget:
+            return
+        for r in risen:
+            self.peaks[r] = shift.since[r]
+            self.successes[r] = shift.succeeded[r]
+        self.shift = None

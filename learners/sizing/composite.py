@@ -6,7 +6,8 @@ owning some resources); most are :class:`PerResource`, one independent
 should decide alone:
 
 - the TaskVine retry rule: only the exhausted resource is re-predicted, from the
-  value it reached; the others keep what the failed attempt had;
+  value it reached; the others keep what the failed attempt had, unless a
+  :class:`JointLearner` grows them (never shrinks them) with it;
 - a retry that would not grow the exhausted resource doubles it instead;
 - allocations stay within ``[minimum, worker]`` and positive; a task that
   exhausts a whole worker (or a size the user fixed) is :class:`Unfittable`;
@@ -55,6 +56,16 @@ class ResourceLearner(Protocol):
 
     def exhausted(self, allocated: float, measured: float) -> None:
         """An attempt with ``allocated`` was killed having reached ``measured``."""
+        ...
+
+
+@runtime_checkable
+class JointLearner(Protocol):
+    """A category learner whose retry may grow resources other than the exhausted one."""
+
+    def alongside(self, resource: Resource, measured: float, grown: float) -> dict[Resource, float]:
+        """The other resources of a retry after an attempt killed having reached ``measured``
+        of ``resource``, which the retry grows to ``grown``; those left out keep theirs."""
         ...
 
 
@@ -205,7 +216,13 @@ class Composite:
             if previous is None:
                 raise ValueError("a retry needs the previous allocation")
             values = {r: previous[r] for r in self.resources}
-            values[exhaustion.resource] = self._grown(task, learner, previous, exhaustion)
+            r = exhaustion.resource
+            values[r] = self._grown(task, learner, previous, exhaustion)
+            if isinstance(learner, JointLearner):
+                joint = learner.alongside(r, exhaustion.measured, values[r])
+                for other, value in joint.items():
+                    if other not in task.declared:
+                        values[other] = max(previous[other], value)
         return self._finish(task, values)
 
     def _grown(

@@ -152,7 +152,8 @@ def make_sizer(
             make_sizer(c, worker=worker, seed=seed, resources=resources, minimum=minimum)
             for c in SELECTED
         ]
-        return Selector(name, candidates)
+        by_input = [split_sizer(c)[1] is not None for c in SELECTED]
+        return Selector(name, candidates, by_input=by_input)
     rng = np.random.default_rng(seed)
     if companion is None:
         factory = _factory(base, resources, worker, rng, options)
@@ -172,7 +173,7 @@ def _factory(
     options: Mapping[str, Any],
 ) -> Factory:
     if name == "budget":
-        return lambda _: BudgetCategory(resources, **options)
+        return lambda _: BudgetCategory(resources, worker=worker, **options)
     if _family(name) == "tovar":
         base = name.removesuffix("-doubling")
         mode = "max-throughput" if base == "max-xput" else base

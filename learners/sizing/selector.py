@@ -10,11 +10,14 @@ shadow kills, so that a candidate buys efficiency with retries only where they a
 cheap. A real kill counts against the candidate allocating the category at the time:
 the shadow scores a candidate with the records that came after the task started, the
 kill shows what it did with the records it had. Within the retry budget the best
-score wins, beyond it the fewest kills. Until a category has :data:`WARMUP` scored
-records the first candidate allocates; retries, real and in the shadow, follow the
-first candidate's rule (the larger of the largest value seen and twice what the killed
-attempt reached), as a regression's own retry (Ponder's: its largest allocation, a whole
-worker) costs more than the kill.
+score wins, beyond it the fewest kills. A candidate that regresses on the input size
+is chosen only in categories whose tasks report one: elsewhere it has nothing to regress
+on, and its score differs from the others' by chance (on the bucketing paper's synthetic
+workflows, switching on that chance cost up to 0.03 of memory AWE). Until a category has
+:data:`WARMUP` scored records the first candidate allocates; retries, real and in the
+shadow, follow the first candidate's rule (``budget``'s: from the records above what the
+killed attempt reached), as a regression's own retry (Ponder's: its largest allocation, a
+whole worker) costs more than the kill.
 
 Scoring and learning wait until an allocation needs them, then take what came in the order
 it came, so they end exactly as if done at once: a run whose every task declares its sizes
@@ -28,9 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from learners.kill_times import CALIBRATED, LEVELS
+from learners.kill_times import KILL_SHARE
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
 from learners.sizing.budget import BUDGET
@@ -39,10 +40,6 @@ from learners.sizing.history import History
 
 WARMUP = 5
 """Records a category's shadow scores need before they choose."""
-KILL_SHARE: dict[str, float] = {
-    r: float(np.interp(0.5, LEVELS, CALIBRATED.fraction[r][-1])) for r in CALIBRATED.fraction
-}
-"""Median share of its run an attempt runs before it is killed, per resource."""
 
 
 @dataclass
@@ -116,11 +113,19 @@ class _Kill:
 class Selector:
     """A :class:`~learners.sizing.base.Sizer` choosing, per category, among ``candidates``."""
 
-    def __init__(self, name: str, candidates: Sequence[Composite]) -> None:
+    def __init__(
+        self, name: str, candidates: Sequence[Composite], *, by_input: Sequence[bool] = ()
+    ) -> None:
         if not candidates:
             raise ValueError("a selector needs candidates")
+        if by_input and len(by_input) != len(candidates):
+            raise ValueError("by_input needs one flag per candidate")
         self.name = name
         self.candidates = tuple(candidates)
+        self.by_input = tuple(by_input) or (False,) * len(self.candidates)
+        """Which candidates regress on the input size: chosen only where tasks report one."""
+        self._with_input: set[str] = set()
+        """Categories some of whose records reported an input size."""
         self.resources = self.candidates[0].resources
         self.worker = self.candidates[0].worker
         self.history = History()
@@ -165,7 +170,9 @@ class Selector:
         shadows = self._shadows.get(category)
         if not shadows or shadows[0].records < WARMUP:
             return self.candidates[0]
-        best = max(range(len(shadows)), key=lambda i: (*shadows[i].rank, -i))
+        sized = category in self._with_input
+        eligible = [i for i in range(len(shadows)) if sized or not self.by_input[i]]
+        best = max(eligible, key=lambda i: (*shadows[i].rank, -i))
         return self.candidates[best]
 
     def _learn(self) -> None:
@@ -174,6 +181,8 @@ class Selector:
         for event in unlearnt:
             match event:
                 case Record(task=task):
+                    if task.input_size is not None:
+                        self._with_input.add(task.category)
                     shadows = self._accounts(task.category)
                     for shadow, candidate in zip(shadows, self.candidates, strict=True):
                         shadow.account(candidate, event, self.candidates[0])
