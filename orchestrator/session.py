@@ -417,6 +417,8 @@ async def _execute(
     )
     if not backend.queued and (ignored := config.learner_flags()):
         engine.state.note(f"{', '.join(ignored)}: no queue here, so no wait is learned or used")
+    if config.unit != "task" and not config.strategy.startswith("elastic"):
+        engine.state.note(f"--unit: {config.strategy} ignores it (only elastic cuts units)")
     if isinstance(workers, RemoteWorkers):
         workers.attach(engine.post)
     if saved is not None:

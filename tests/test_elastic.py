@@ -8,14 +8,16 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
 from learners.resources import Resources
+from orchestrator.cli import app
 from orchestrator.elastic import MAX_UNITS, Elastic, Profile, Span, acquire_cost, lead, split
 from orchestrator.planner import Cancel, Phase, PilotView, Release, StageView, Submit
 from orchestrator.session import RunConfig, run_simulated
-from workflows.spec import Allocation, loads
+from workflows.spec import Allocation, example, loads
 
 NODE = Resources(cores=28, memory=128_000, disk=1_000_000)
 WIDE = Allocation(cores=28, time_limit_s=3600)
@@ -419,3 +421,15 @@ def test_a_place_holds_at_most_max_units_units():
     plan = planner(wait=0.0, unit="task").decide(0.0, stages, [])
     cores = [s.allocation.cores for s in of(Submit, plan)]
     assert sum(cores) == 250 and len(cores) <= MAX_UNITS and max(cores) == 3
+
+
+def test_unit_given_to_another_strategy_is_noted_as_ignored(tmp_path):
+    blast = str(example("blast"))
+    done = CliRunner().invoke(
+        app, ["run", blast, "--strategy", "asa", "--unit", "node", "--db", str(tmp_path / "s")]
+    )
+    assert done.exit_code == 0, done.output
+    assert "--unit: asa ignores it (only elastic cuts units)" in done.output
+    bad = CliRunner().invoke(app, ["run", blast, "--unit", "0", "--db", str(tmp_path / "s")])
+    assert bad.exit_code == 2
+    assert "--unit 0: expected task, node or a number of cores (1 or more)" in bad.output
