@@ -217,6 +217,8 @@ class Elastic:
     unit: Unit = "task"
     """The most cores a unit holds: one task's, a node's, or a number (whole tasks, at most a
     node)."""
+    nodes: int | None = None
+    """The partition's nodes, where the backend tells (an automatic stage's widest)."""
     _said: PlannedMoments = field(default_factory=PlannedMoments)
     fit = None
     """Automatic allocations keep their fallback: units are planned from the run's width."""
@@ -321,6 +323,18 @@ class Elastic:
                 )
             planned += sum(units.elements())
         return Plan(tuple(actions), min(wake, default=None), tuple(notes))
+
+    def _width(self, view: StageView) -> int:
+        """A stage's width: what its tasks left use at once, at most its allocation; an
+        automatic one's allocation is its bounds (``max_cores``, ``max_nodes`` nodes, the
+        partition's nodes), not the one pilot another strategy would choose: here the units
+        are the pilots."""
+        a = view.allocation
+        if not a.auto:
+            return view.width
+        nodes = a.max_nodes if a.max_nodes is not None else self.nodes
+        bounds = [b for b in (a.max_cores, nodes and nodes * int(self.node.cores)) if b]
+        return min([view.wanted, *bounds])
 
     def _size(self, serves: Sequence[StageView], peak: int) -> tuple[int, int]:
         """The cores of a unit that serves ``serves``, and of the widest task of theirs: one
@@ -467,7 +481,7 @@ class Elastic:
                     continue
                 begin = max([now, *ends])  # type: ignore[list-item]
             end = view.forecast_end if view.forecast_end is not None else math.inf
-            spans.append(Span(view.name, begin, max(end, begin), view.width))
+            spans.append(Span(view.name, begin, max(end, begin), self._width(view)))
         return spans
 
     def _unit(self, cores: int, serves: Sequence[StageView], limit: float) -> Allocation:

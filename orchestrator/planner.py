@@ -66,6 +66,8 @@ class StageView:
     """What the stage still has to run, for an automatic allocation (None: hand-written)."""
     width: int = 0
     """The cores its tasks not done yet can use at once, at most its allocation's."""
+    wanted: int = 0
+    """The cores its tasks not done yet could use at once, whatever its allocation."""
     task: Resources = ONE_CORE
     """What one of its tasks takes now: its latest attempt's allocation, or as declared (a
     resource neither tells is 0)."""
@@ -525,12 +527,14 @@ def make_planner(
     node: Resources | None = None,
     cost: float | None = None,
     unit: int | str = "task",
+    nodes: int | None = None,
 ) -> Planner:
     """The planner for ``strategy`` (one of :data:`STRATEGIES`); ``fit`` chooses automatic
     allocations (without it, or for ``bigjob`` and ``elastic``, they keep their fallback).
     ``elastic`` plans with the learned wait distribution ``law``, on nodes like ``node``,
     by ``cost`` (lambda: seconds of makespan a core-hour is worth; None: its default), in
-    pilots of at most ``unit`` cores (task: one task's; node: a node's)."""
+    pilots of at most ``unit`` cores (task: one task's; node: a node's), on a partition of
+    ``nodes`` nodes where known."""
     if strategy == "bigjob":
         return BigJob()
     if strategy == "per-stage":
@@ -558,5 +562,5 @@ def make_planner(
                 )
             law = TrueLaw(true_wait)
         cost = DEFAULT_COST if cost is None else cost
-        return Elastic(predict, law, node, cost, name=strategy, unit=unit)
+        return Elastic(predict, law, node, cost, name=strategy, unit=unit, nodes=nodes)
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")

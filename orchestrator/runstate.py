@@ -426,7 +426,8 @@ class RunState:
                 s.ready_t,
                 functools.partial(_forecast_of, ends, name),
                 functools.partial(self._demand, s) if s.spec.allocation.auto else None,
-                self._width(s),
+                min(s.spec.allocation.cores, wanted := self._wanted(s)),
+                wanted,
                 self._task(s),
             )
             for name, s in self.stages.items()
@@ -454,11 +455,10 @@ class RunState:
             disk=declared.get("disk", 0.0),
         )
 
-    def _width(self, stage: StageRun) -> int:
-        """The cores the stage's tasks not done yet can use at once, at most its allocation's:
-        each as large as its latest attempt, or as declared."""
-        left = len(stage.tasks) - stage.done
-        return min(stage.spec.allocation.cores, math.ceil(left * self._task(stage).cores))
+    def _wanted(self, stage: StageRun) -> int:
+        """The cores the stage's tasks not done yet could use at once: each as large as its
+        latest attempt, or as declared."""
+        return math.ceil((len(stage.tasks) - stage.done) * self._task(stage).cores)
 
     def _demand(self, stage: StageRun) -> autoalloc.Demand:
         left = len(stage.tasks) - stage.done

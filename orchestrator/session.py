@@ -390,6 +390,7 @@ async def _execute(
         node=node,
         cost=config.cost,
         unit=config.unit,
+        nodes=backend.node_count,
     )
     sizer = make_sizer(config.sizer, worker=largest_worker(own.values()), seed=config.seed)
     sizing = await SizingState.load(store, workflow.name, sizer)

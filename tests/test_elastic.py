@@ -17,6 +17,7 @@ from orchestrator.cli import app
 from orchestrator.elastic import MAX_UNITS, Elastic, Profile, Span, acquire_cost, lead, split
 from orchestrator.planner import Cancel, Phase, PilotView, Release, StageView, Submit
 from orchestrator.session import RunConfig, run_simulated
+from orchestrator.summary import RunSummary
 from workflows.spec import Allocation, example, loads
 
 NODE = Resources(cores=28, memory=128_000, disk=1_000_000)
@@ -433,3 +434,28 @@ def test_unit_given_to_another_strategy_is_noted_as_ignored(tmp_path):
     bad = CliRunner().invoke(app, ["run", blast, "--unit", "0", "--db", str(tmp_path / "s")])
     assert bad.exit_code == 2
     assert "--unit 0: expected task, node or a number of cores (1 or more)" in bad.output
+
+
+def test_an_automatic_stage_is_as_wide_as_its_tasks_within_its_bounds():
+    """allocation = "auto" under elastic: the units are the pilots, so the stage is as wide as
+    its tasks left use, within max_cores, max_nodes and the partition's nodes, not the one
+    node of the fallback pilot another strategy would submit first."""
+
+    def auto(bounds: str) -> RunSummary:
+        workflow = loads(
+            f"""
+            name = "wide"
+            [[stage]]
+            name = "a"
+            allocation = {bounds}
+            tasks = {{ command = "true", count = 60, cores = 1, memory = "1G", disk = "1G" }}
+            simulate = {{ duration = "600" }}
+            """
+        )
+        return run_simulated(workflow, RunConfig(strategy="elastic", backend=IDLE))
+
+    free = auto('"auto"')
+    assert free.status == "done", free.error
+    assert len(free.pilots) == 60 and free.makespan_s < 700  # 4 nodes hold all at once
+    bounded = auto("{ max_cores = 20 }")
+    assert len(bounded.pilots) == 20 and bounded.makespan_s >= 1800  # three waves
