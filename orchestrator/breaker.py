@@ -3,7 +3,7 @@
 A pilot fails when it ends, without the run having released it, having done nothing for
 any of its stages: it ended before any of its workers joined (a node that cannot run the worker,
 a file system that refuses the pilot's log, a script the batch system kills at once), or
-no task of its stages finished while it ran (tasks that outlast the pilot's time limit).
+no task finished on its workers (tasks that outlast the pilot's time limit).
 The planner would submit a replacement every time, forever; the breaker counts failures
 per stage and, after ``in_a_row`` of them with no useful pilot of the stage in between, or
 ``per_minute`` within any minute, says stop, with the batch system's reason.
@@ -12,7 +12,7 @@ per stage and, after ``in_a_row`` of them with no useful pilot of the stage in b
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 IN_A_ROW = 5
@@ -28,29 +28,30 @@ class Breaker:
 
     in_a_row: int = IN_A_ROW
     per_minute: int = PER_MINUTE
-    _done: dict[str, int] = field(default_factory=dict)
-    """Tasks each stage had done when its last pilot ended."""
     _streak: dict[str, int] = field(default_factory=dict)
     _recent: dict[str, deque[float]] = field(default_factory=dict)
 
     def ended(
         self,
-        done: Mapping[str, int],
+        stages: Sequence[str],
         *,
         joined: bool,
+        finished: int,
         released: bool,
         now: float,
         state: str,
         reason: str,
     ) -> str | None:
-        """A pilot ended. ``done``: the tasks each of its stages has done by now; ``joined``:
-        a worker of it joined; ``released``: the run ended it. Returns why to stop, or None.
+        """A pilot of ``stages`` ended. ``joined``: a worker of it joined; ``finished``: the
+        tasks that finished on its workers; ``released``: the run ended it. Returns why to
+        stop, or None.
 
-        A pilot that serves several stages (a big job, an elastic unit) was useful if a task
-        of any of them finished: one of its later stages cannot have begun while it ran."""
-        useful = joined and any(count > self._done.get(s, 0) for s, count in done.items())
-        for stage, count in done.items():
-            self._done[stage] = count
+        Usefulness is the pilot's own, not its stages' progress meanwhile: many pilots of one
+        stage (elastic units) end at one moment, each having done its share. A pilot that
+        serves several stages (a big job, an elastic unit) was useful if it finished a task
+        of any of them: one of its later stages cannot have begun while it ran."""
+        useful = joined and finished > 0
+        for stage in stages:
             if useful:
                 self._streak[stage] = 0
             if useful or released:

@@ -129,6 +129,8 @@ class PilotRun:
     workers: list[Worker] = field(default_factory=list)
     joined: int = 0
     """Workers that joined it, ever (``workers`` loses those lost)."""
+    finished: int = 0
+    """Tasks that finished on its workers."""
 
     @property
     def state(self) -> JobState | None:
@@ -603,10 +605,9 @@ class RunState:
         for worker in workers:
             self.pool.leave(worker.id)
         effects: list[Effect] = [WorkersGone(pilot, workers)]
-        done = {s: self.stages[s].done for s in pilot.stages}
         failed = self.breaker.ended(
-            done, joined=pilot.joined > 0, released=pilot.released, now=self.now,
-            state=str(info.state), reason=info.reason,
+            pilot.stages, joined=pilot.joined > 0, finished=pilot.finished,
+            released=pilot.released, now=self.now, state=str(info.state), reason=info.reason,
         )  # fmt: skip
         if failed and self.running:
             self.error, self.status = failed, Status.FAILED
@@ -761,6 +762,8 @@ class RunState:
         if result.outcome == Outcome.SUCCESS:
             task_run.state = TaskState.DONE
             stage.done += 1
+            if (pilot := self.by_job.get(worker.pilot_id)) is not None:
+                pilot.finished += 1
             self.recorder.stage(stage)  # its count of tasks done, for a status of the live run
             stage.durations.add(result.peak.wall)
             self.sizer.observe(
