@@ -1,6 +1,6 @@
 """Hand-written allocations against ``allocation = "auto"`` on the simulated HPC2N replay.
 
-    python bench/auto_allocation.py [--runs N] [--trace HPC2N] [--cost S] [--json]
+    python bench/auto_allocation.py [--runs N] [--trace HPC2N] [--cost S] [--strategy S] [--json]
 
 For each of the montage, blast and statistics examples, under both priority modes of the
 replay (``site``: the log's FIFO order with EASY backfill; ``fair-share``: Slurm's
@@ -8,8 +8,9 @@ multifactor fair-share priority), and at ``--runs`` seeded start points of the t
 workflow as written, and the same workflow with every stage's allocation ``"auto"``, each
 run twice on its own store (a learning run, then 6 h later the measured one, so the store
 has learned its tasks' run times and its geometries' waits). Both variants meet the same
-start points, task durations and strategy (asa); ``--cost`` prices a core-hour in the width
-choice (0: wait + run time alone).
+start points, task durations and strategy (``--strategy``: asa, whose one pilot a stage
+``auto`` sizes, or elastic, whose units an automatic stage's width is cut into); ``--cost``
+prices a core-hour in the width choice (0: wait + run time alone).
 
 Printed per workflow and mode: the measured runs' mean makespan, total waiting time (TWT)
 and core-hours, hand-written and auto side by side with auto / hand ratios, and the share
@@ -74,7 +75,13 @@ def figures(runs: list[RunSummary]) -> dict[str, float]:
 
 
 async def bench(
-    trace: str, runs: int, seed: int, workflows: list[str], modes: list[str], cost: float
+    trace: str,
+    runs: int,
+    seed: int,
+    workflows: list[str],
+    modes: list[str],
+    cost: float,
+    strategy: str,
 ) -> list[dict]:
     rows = []
     offsets = start_offsets(trace, runs, seed, WARMUP_S, 30 * 86400.0)
@@ -86,7 +93,7 @@ async def bench(
             every: dict[str, list[RunSummary]] = {v: [] for v in variants}
             for i, offset in enumerate(offsets):
                 mock = MockOptions(trace=trace, queue_model=mode, seed=seed + i)
-                config = RunConfig(strategy="asa", seed=seed + i, backend=mock, cost=cost)
+                config = RunConfig(strategy=strategy, seed=seed + i, backend=mock, cost=cost)
                 for variant, workflow in variants.items():
                     pair = await twice(workflow, config, offset)
                     measured[variant].append(pair[1])
@@ -141,6 +148,7 @@ def main() -> None:
     parser.add_argument(
         "--cost", type=float, default=DEFAULT_COST, help="seconds of makespan per core-hour"
     )
+    parser.add_argument("--strategy", choices=("asa", "elastic"), default="asa")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = bench(
@@ -150,6 +158,7 @@ def main() -> None:
         args.workflow or list(WORKFLOWS),
         args.mode or list(MODES),
         args.cost,
+        args.strategy,
     )
     rows = clock.run(work, virtual=True)
     if args.json:
