@@ -35,13 +35,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from backends import clock
 from learners.resources import Resources
-from orchestrator.human import count, duration, offset
+from orchestrator.human import count, duration, offset, per_pilot
 from orchestrator.planner import (
     DUE,
     Cancel,
@@ -116,8 +116,11 @@ class Profile:
     """Where the width may change, from now on (now first)."""
 
     @classmethod
-    def of(cls, now: float, spans: Sequence[Span]) -> Profile:
-        times = {now} | {t for s in spans for t in (s.start, s.end) if now < t < math.inf}
+    def of(cls, now: float, spans: Sequence[Span], also: Iterable[float] = ()) -> Profile:
+        """The profile of ``spans``, its points also at the moments ``also`` (where a unit
+        held ends: the width there is acquired again)."""
+        ends = (t for s in spans for t in (s.start, s.end))
+        times = {now} | {t for t in itertools.chain(ends, also) if now < t < math.inf}
         return cls(tuple(spans), tuple(sorted(times)))
 
     def need(self, t: float) -> int:
@@ -264,21 +267,29 @@ class Elastic:
         pilots: Sequence[PilotView],
     ) -> Plan:
         open_ = [v for v in stages.values() if v.phase.open and _place(v.allocation) == place]
-        profile = Profile.of(now, self._spans(now, stages, place))
+        ends = [p.ends for p in pilots if p.ends is not None]
+        profile = Profile.of(now, self._spans(now, stages, place), ends)
         actions: list[Submit | Cancel | Release] = []
         notes: list[str] = []
         # The units kept, each until a unit is let go where its width is next not needed and
         # holding it through that gap costs more than acquiring it again.
         kept = Kept(now)
+        held: dict[str, list[str]] = {}
         for unit in sorted(pilots, key=_coverage_order):
-            fate = self._fate(unit, kept, profile, now) if self._useful(unit, open_) else _SMALL
+            unfit = self._unfit(unit, open_, now)
+            if unfit is not None:
+                fate = Fate(-math.inf, f"{unfit}: {'released' if unit.started else 'cancelled'}")
+            else:
+                fate = self._fate(unit, kept, profile, now)
             if fate.until <= now + DUE and not unit.busy:
                 action = Release if unit.started else Cancel
                 actions.append(action(unit.pilot_id, fate.why))
                 continue
             if fate.held is not None:
-                notes.append(f"pilot {unit.pilot_id}: {fate.held}")
-            kept.add(fate.until, unit.cores)
+                held.setdefault(fate.held, []).append(unit.pilot_id)
+            # Its time limit ends it: the width it holds is acquired again ahead of that.
+            kept.add(fate.until if unit.ends is None else min(fate.until, unit.ends), unit.cores)
+        notes += per_pilot(held)
         wake: list[float] = []
         limit = longest_path(open_) if open_ else 0.0
         peak = max(profile.need(t) for t in profile.points)
@@ -349,20 +360,27 @@ class Elastic:
         most = max(most, -(-peak // MAX_UNITS))
         return max(task, min(most, node) // task * task), task
 
-    def _useful(self, unit: PilotView, stages: Sequence[StageView]) -> bool:
-        """Whether ``unit`` holds a task of some stage still open: a unit cut for tasks that
-        have since grown (their memory, after a kill) would otherwise count as width held while
-        no task fits it."""
+    def _unfit(self, unit: PilotView, stages: Sequence[StageView], now: float) -> str | None:
+        """Why ``unit`` can hold no task of the stages still open, if it cannot: its cores or
+        memory too small for tasks that have since grown (their memory, after a kill), or its
+        time limit too near for another task to finish (placement gives it none). Such a unit
+        would otherwise count as width held while no task runs on it."""
         assert unit.allocation is not None  # every unit has one
         if not stages:
-            return True  # its fate lets it go: no stage needs it again
+            return None  # its fate lets it go: no stage needs it again
         memory = unit.allocation.memory_mb
         if memory is None:
             memory = self.node.memory * unit.cores / self.node.cores
-        return any(
-            math.ceil(v.task.cores - 1e-9) <= unit.cores and v.task.memory <= memory + 1e-9
+        fits = [
+            v
             for v in stages
-        )
+            if math.ceil(v.task.cores - 1e-9) <= unit.cores and v.task.memory <= memory + 1e-9
+        ]
+        if not fits:
+            return "too small for the tasks left"
+        if unit.ends is not None and all(now + v.duration > unit.ends for v in fits):
+            return "its time limit ends before another task could finish"
+        return None
 
     def _k(self, cores: int) -> float:
         """The cost of a second of ``cores`` idle, in seconds of makespan."""
@@ -514,9 +532,6 @@ Place = tuple[str | None, str | None, str | None]
 def _place(allocation: Allocation | None) -> Place:
     assert allocation is not None  # every stage and unit has one
     return (allocation.partition, allocation.account, allocation.qos)
-
-
-_SMALL = Fate(-math.inf, "too small for the tasks left")
 
 
 def _coverage_order(unit: PilotView) -> tuple[bool, int, bool]:

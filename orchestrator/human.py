@@ -64,6 +64,17 @@ def listing(names: Sequence[str], shown: int = 5) -> str:
     return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
+def per_pilot(pilots_by_what: Mapping[str, Sequence[str]]) -> list[str]:
+    """One line for the pilots one thing is said of: ``pilot a-3: ...``, ``28 pilots (a-0,
+    a-1, ... and 23 more), each: ...`` (a stage's units of one task each go together)."""
+    return [
+        f"pilot {pilots[0]}: {what}"
+        if len(pilots) == 1
+        else f"{len(pilots)} pilots ({listing(pilots)}), each: {what}"
+        for what, pilots in pilots_by_what.items()
+    ]
+
+
 def allocation(a: Allocation) -> str:
     """A stage's pilot as a person reads it: ``28 cores on 2 nodes, 57,344 MB, 20 min``."""
     parts = [count(a.cores, "core")]

@@ -71,6 +71,9 @@ class StageView:
     task: Resources = ONE_CORE
     """What one of its tasks takes now: its latest attempt's allocation, or as declared (a
     resource neither tells is 0)."""
+    duration: float = 0.0
+    """How long its tasks ran on average so far (0: none yet), as placement expects a task
+    to run: a worker whose pilot ends sooner takes none."""
 
     @property
     def forecast_end(self) -> float | None:
@@ -87,6 +90,8 @@ class PilotView:
     wait: float | None = None
     """Its queue wait, once it started."""
     allocation: Allocation | None = None
+    ends: float | None = None
+    """When its time limit ends it, once it started."""
 
     @property
     def cores(self) -> int:

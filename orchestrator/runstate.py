@@ -30,7 +30,7 @@ from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, caus
 from orchestrator.breaker import Breaker
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.forecast import Durations
-from orchestrator.human import count, listing, unfittable
+from orchestrator.human import count, listing, per_pilot, unfittable
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
 from orchestrator.pool import AHEAD_DEPTH, Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
@@ -217,6 +217,9 @@ class RunState:
         """Notes taken since the start (``notes`` keeps the last 50)."""
         self._standing: frozenset[str] = frozenset()
         """The planner's notes of the last plan: repeated ones are not noted again."""
+        self._ended: dict[str, list[str]] = {}
+        """Pilots that ended on their own since the last pass, by how: one note for each way
+        (a stage's units reach their time limit together)."""
         self.status = Status.RUNNING
         self.error: str | None = None
         self.end_t: float | None = None
@@ -269,7 +272,10 @@ class RunState:
 
     def advance(self) -> None:
         """Stages whose turn came are ready, those all done are done; the run's status
-        follows."""
+        follows. The pilots that ended since the last pass are noted."""
+        for line in per_pilot(self._ended):
+            self.note(line)
+        self._ended.clear()
         for stage in self.stages.values():
             if stage.phase == Phase.WAITING and all(
                 self.stages[a].phase == Phase.DONE for a in stage.spec.after
@@ -431,6 +437,7 @@ class RunState:
                 min(s.spec.allocation.cores, wanted := self._wanted(s)),
                 wanted,
                 self._task(s),
+                s.durations.mean or 0.0,
             )
             for name, s in self.stages.items()
         }
@@ -490,10 +497,16 @@ class RunState:
                 self.pool.busy(p.pilot_id),
                 p.info.wait if p.info else None,
                 p.allocation,
+                self._ends(p),
             )
             for p in self.pilots.values()
             if p.live and not p.released
         ]
+
+    def _ends(self, pilot: PilotRun) -> float | None:
+        """When ``pilot``'s time limit ends it, once it started."""
+        start = None if pilot.info is None else self._rel(pilot.info.start_time)
+        return None if start is None else start + pilot.request.time_limit_s
 
     # ---- pilots ---------------------------------------------------------------
 
@@ -546,11 +559,8 @@ class RunState:
         by_why: dict[str, list[str]] = {}
         for action in actions:
             by_why.setdefault(action.why, []).append(action.pilot_id)
-        for why, pilots in by_why.items():
-            if len(pilots) == 1:
-                self.note(f"pilot {pilots[0]}: {why}")
-            else:
-                self.note(f"{len(pilots)} pilots ({listing(pilots)}), each: {why}")
+        for line in per_pilot(by_why):
+            self.note(line)
 
     def release_all(self) -> list[PilotRun]:
         """The run is over: every pilot with a job still alive is let go (the backend cancels
@@ -615,7 +625,7 @@ class RunState:
         if info.state == JobState.COMPLETED:
             return effects
         if not pilot.released:
-            self.note(f"pilot {pilot.pilot_id} ended {info.state}")
+            self._ended.setdefault(f"ended {info.state}", []).append(pilot.pilot_id)
         # Pilots waiting on this one with afterok can never start: replace them.
         for other in self.pilots.values():
             dep = other.request.dependency

@@ -241,6 +241,38 @@ def test_what_a_pass_submits_the_next_pass_keeps():
     assert of(Cancel, again) == [] and of(Submit, again) == []
 
 
+def test_a_unit_is_acquired_again_its_wait_ahead_of_its_time_limit():
+    """A unit's time limit ends it while its stage still runs: the width it holds is
+    submitted again its wait ahead, not once it ended (then the stage ran a whole wait
+    narrower)."""
+    stages = chain((NARROW, Phase.RUNNING, 1, 10_000.0))
+    ending = [replace(unit("u0", 1, busy=True, allocation=NARROW), ends=4000.0)]
+    early = planner(wait=600.0).decide(1000.0, stages, ending)
+    assert early.actions == () and early.wake_at == pytest.approx(4000.0 - 600.0)
+    (again,) = of(Submit, planner(wait=600.0).decide(3400.0, stages, ending))
+    assert again.allocation.cores == 1
+    lasting = [replace(unit("u0", 1, busy=True, allocation=NARROW), ends=20_000.0)]
+    assert planner(wait=600.0).decide(3400.0, stages, lasting).actions == ()
+
+
+def test_a_unit_too_near_its_time_limit_for_another_task_goes_when_idle():
+    """Placement gives a worker no task that would outlast its pilot: an idle unit whose
+    limit is nearer than a task's run time is released, not held idle until Slurm ends it
+    (TIMEOUT), and its width is acquired again."""
+    stages = {
+        n: replace(v, duration=300.0) for n, v in chain((NARROW, Phase.RUNNING, 1, 9000.0)).items()
+    }
+    spent = [replace(unit("u0", 1, allocation=NARROW), ends=4000.0)]
+    plan = planner(wait=0.0).decide(3800.0, stages, spent)
+    (release,) = of(Release, plan)
+    assert release.why == "its time limit ends before another task could finish: released"
+    assert [s.allocation.cores for s in of(Submit, plan)] == [1]
+    # Running its last task, it stays; with time for one more, it stays idle.
+    busy = [replace(spent[0], busy=True)]
+    assert of(Release, planner(wait=0.0).decide(3800.0, stages, busy)) == []
+    assert of(Release, planner(wait=0.0).decide(3600.0, stages, spent)) == []
+
+
 def test_a_unit_no_stage_needs_again_goes_and_a_pending_one_is_cancelled():
     stages = chain((WIDE, Phase.DONE, 0, None), (NARROW, Phase.RUNNING, 1, None))
     held = [
@@ -366,8 +398,9 @@ def test_each_partition_has_units_of_its_own():
 
 @st.composite
 def situations(draw):
-    """A chain of stages (the first running or ready, later ones waiting), the units held, a
-    law of waits and a cost."""
+    """A chain of stages (the first running or ready, later ones waiting; their tasks' run
+    times), the units held (those started maybe ending at their time limit), a law of waits
+    and a cost."""
     n = draw(st.integers(1, 4))
     ends = sorted(draw(st.lists(st.floats(100, 20_000), min_size=n, max_size=n, unique=True)))
     stages = []
@@ -378,7 +411,10 @@ def situations(draw):
         end = None if i == n - 1 and draw(st.booleans()) else ends[i]
         stages.append((replace(allocation, cores=max(width, 1)), phase, width, end))
     units = [
-        unit(f"u{i}", draw(st.integers(1, 28)), started=started, busy=started and busy)
+        replace(
+            unit(f"u{i}", draw(st.integers(1, 28)), started=started, busy=started and busy),
+            ends=draw(st.none() | st.floats(100, 30_000)) if started else None,
+        )
         for i, (started, busy) in enumerate(
             draw(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=6))
         )
@@ -386,7 +422,14 @@ def situations(draw):
     waits = draw(st.lists(st.floats(0, 50_000), min_size=1, max_size=4))
     law = sorted((w, 1.0 / len(waits)) for w in waits)
     cost = draw(st.sampled_from([0.0, 300.0, 3000.0, 100_000.0]))
-    return chain(*stages), units, law, cost
+    durations = draw(st.lists(st.sampled_from([0.0, 60.0, 900.0]), min_size=n, max_size=n))
+    views = chain(*stages)
+    return (
+        {k: replace(v, duration=d) for (k, v), d in zip(views.items(), durations, strict=True)},
+        units,
+        law,
+        cost,
+    )
 
 
 @settings(max_examples=300, deadline=None)

@@ -362,3 +362,20 @@ def test_pilots_let_go_for_one_reason_in_one_pass_are_noted_once():
         "7 pilots (p-0, p-1, p-2, p-3, p-4 and 2 more), each: no stage needs it again: released",
         "pilot q-0: pending, and no stage needs it: cancelled",
     ]
+
+
+def test_pilots_that_end_on_their_own_between_passes_are_noted_once_per_way():
+    """Units of one task reach their time limit together: one note for them at the next
+    pass, not one each."""
+    state, _ = new_state(TWO_STAGES)
+    state.start()
+    for job in ("7", "8", "9"):
+        pilot = state.submitting(Submit(("a",), state.stages["a"].spec.allocation))
+        state.submitted(pilot, job)
+    for job, how in (("7", JobState.TIMEOUT), ("8", JobState.TIMEOUT), ("9", JobState.FAILED)):
+        state.apply(JobChanged(JobInfo(job, how, start_time=110, end_time=3710)))
+    state.advance()
+    assert [text for _, text in state.notes][-2:] == [
+        "2 pilots (a-0 and a-1), each: ended TIMEOUT",
+        "pilot a-2: ended FAILED",
+    ]
