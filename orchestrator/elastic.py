@@ -267,8 +267,12 @@ class Elastic:
         pilots: Sequence[PilotView],
     ) -> Plan:
         open_ = [v for v in stages.values() if v.phase.open and _place(v.allocation) == place]
-        ends = [p.ends for p in pilots if p.ends is not None]
-        profile = Profile.of(now, self._spans(now, stages, place), ends)
+        spans = self._spans(now, stages, place)
+        # A unit's time limit is planned for within the stages' forecasts: past them (a
+        # stage whose end is not known yet) nothing says the width is still needed then.
+        horizon = max((s.end for s in spans if s.end < math.inf), default=now)
+        ends = {p.pilot_id: p.ends for p in pilots if p.ends is not None and p.ends < horizon}
+        profile = Profile.of(now, spans, ends.values())
         actions: list[Submit | Cancel | Release] = []
         notes: list[str] = []
         # The units kept, each until a unit is let go where its width is next not needed and
@@ -288,7 +292,7 @@ class Elastic:
             if fate.held is not None:
                 held.setdefault(fate.held, []).append(unit.pilot_id)
             # Its time limit ends it: the width it holds is acquired again ahead of that.
-            kept.add(fate.until if unit.ends is None else min(fate.until, unit.ends), unit.cores)
+            kept.add(min(fate.until, ends.get(unit.pilot_id, math.inf)), unit.cores)
         notes += per_pilot(held)
         wake: list[float] = []
         limit = longest_path(open_) if open_ else 0.0

@@ -253,6 +253,12 @@ def test_a_unit_is_acquired_again_its_wait_ahead_of_its_time_limit():
     assert again.allocation.cores == 1
     lasting = [replace(unit("u0", 1, busy=True, allocation=NARROW), ends=20_000.0)]
     assert planner(wait=600.0).decide(3400.0, stages, lasting).actions == ()
+    # Past what the forecasts say (a stage whose end is not known yet), nothing is planned
+    # for it: idle units are not held for a width nobody knows is needed then (found on the
+    # real Slurm: three idle units held through the last stage for its pilot's end).
+    unknown = chain((NARROW, Phase.RUNNING, 1, None))
+    plan = planner(wait=600.0).decide(3400.0, unknown, [*ending, unit("u1", 1, allocation=NARROW)])
+    assert [r.pilot_id for r in of(Release, plan)] == ["u1"] and of(Submit, plan) == []
 
 
 def test_a_unit_too_near_its_time_limit_for_another_task_goes_when_idle():
