@@ -31,7 +31,7 @@ import numpy as np
 from learners.attempt_end import Kills, MemorySeries, Peaks, attempt_end
 from learners.metrics import Usage
 from learners.resources import PACKED, Resource, Resources
-from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
+from learners.sizing.base import Exhaustion, Record, Running, Sizer, TaskFeatures, Unfittable
 from learners.sizing.ksegments import Steps, trapezoid
 
 
@@ -135,6 +135,7 @@ class _Task:
     previous_steps: Steps | None = None
     exhausted: list[Exhaustion] = field(default_factory=list)
     failed_at: int | None = None
+    started: float = 0.0
 
 
 def replay(
@@ -169,11 +170,13 @@ def replay(
     arriving.reverse()
     pending: list[tuple[float, int]] = []
     free: list[dict[str, float]] = []
-    running: list[tuple[float, int, int, _Attempt]] = []
+    in_flight: list[tuple[float, int, int, _Attempt]] = []
     learned = 0
     now = 0.0
     kills = Kills(peaks, np.random.default_rng(seed))
     stepper = sizer if use_series and time_varying and isinstance(sizer, StepSizer) else None
+    running: Running | None = getattr(sizer, "running", None)
+    """Where the sizer learns which attempts run (see :class:`Running`)."""
 
     def size(st: _Task) -> None:
         features = st.features
@@ -195,7 +198,9 @@ def replay(
             st.allocation = st.allocation.with_("memory", st.steps.peak)
         st.version = learned
 
-    while arriving or pending or running:
+    while arriving or pending or in_flight:
+        if running is not None:
+            running.now = now
         while joins and joins[0] <= now:
             joins.pop(0)
             free.append({r: worker[r] for r in PACKED})
@@ -215,7 +220,7 @@ def replay(
             assert alloc is not None
             slot = next((w for w, f in enumerate(free) if _fits(alloc, f)), None)
             if slot is None:
-                if not running and not joins and len(free) == workers:
+                if not in_flight and not joins and len(free) == workers:
                     raise RuntimeError(f"task {st.index} fits no empty worker: {alloc}")
                 break
             heapq.heappop(pending)
@@ -223,11 +228,14 @@ def replay(
                 free[slot][r] -= alloc[r]
             attempt = _run(st, alloc, packed, resources, use_series, kills)
             result.attempts += 1
-            heapq.heappush(running, (now + attempt.end, st.index, slot, attempt))
+            st.started = now
+            if running is not None:
+                running.start(st.trace.category, now)
+            heapq.heappush(in_flight, (now + attempt.end, st.index, slot, attempt))
         events = [
             t
             for t in (
-                running[0][0] if running else None,
+                in_flight[0][0] if in_flight else None,
                 tasks[arriving[-1]].submit if arriving else None,
                 joins[0] if joins and pending else None,
             )
@@ -236,10 +244,12 @@ def replay(
         if not events:
             break
         now = min(events)
-        if not running or running[0][0] > now:
+        if not in_flight or in_flight[0][0] > now:
             continue
-        now, index, slot, attempt = heapq.heappop(running)
+        now, index, slot, attempt = heapq.heappop(in_flight)
         st = states[index]
+        if running is not None:
+            running.end(st.trace.category, st.started)
         alloc = st.allocation
         assert alloc is not None
         for r in PACKED:

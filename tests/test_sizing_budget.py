@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
+from learners.sizing.base import Running
 from learners.sizing.budget import BudgetCategory
 
 
@@ -176,3 +179,27 @@ def test_memory_follows_a_rise_in_disk_only_as_the_successes_since_show():
     for _ in range(3):  # beyond the memory fence, disk as before: disk moves alone
         alone.observe(Record(TaskFeatures("a"), Resources(1.0, 13000.0, 4000.0, 150.0)))
     assert alone.alongside("memory", 12000.0, 24000.0) == {}
+
+
+def test_attempts_outlasting_every_record_count_as_records_above_them():
+    """Tasks that all start at once end shortest first: while many still run, the records
+    are the quickest tasks', and the running ones (censored) lie above them."""
+    running = Running()
+    category = BudgetCategory(("memory",), outlasting=partial(running.outlasting, "a"))
+    for i in reversed(range(100)):
+        category.observe(record(1000.0 + i))  # each ran 60 s
+    alone = category.first(TaskFeatures("a"))["memory"]
+    assert alone == 1000.0 + 94
+    for _ in range(3):
+        running.start("a", 0.0)
+    running.now = 30.0  # not yet longer than any record
+    assert category.first(TaskFeatures("a"))["memory"] == alone
+    running.now = 61.0  # 3 of 103: the quantile lies among the records
+    assert category.first(TaskFeatures("a"))["memory"] == alone
+    for _ in range(3):
+        running.start("a", 0.0)
+    asking = TaskFeatures("a", requested={"memory": 4000.0})
+    assert category.first(asking)["memory"] == 4000.0  # the quantile lies among the running
+    assert category.first(TaskFeatures("a"))["memory"] == pytest.approx(1099 * (1 + 1 / 100))
+    running.end("a", 0.0)
+    assert running.outlasting("a", 60.0) == 5

@@ -137,3 +137,25 @@ def test_calibrated_peaks_kill_memory_early():
     assert calibrated.usage["memory"].failed < 0.15 * slow.usage["memory"].failed
     assert calibrated.makespan < 0.5 * slow.makespan
     assert run("calibrated").usage["memory"].failed == calibrated.usage["memory"].failed
+
+
+class Unwatched:
+    """A sizer the replay cannot tell which attempts run."""
+
+    def __init__(self, sizer) -> None:
+        self.name = sizer.name
+        self.allocate = sizer.allocate
+        self.observe = sizer.observe
+        self.observe_exhaustion = sizer.observe_exhaustion
+
+
+def test_the_replay_reports_running_attempts_so_a_wave_is_not_sized_by_its_quickest():
+    """40 tasks submitted at once, 20 workers: the first 5 records come from short small
+    tasks while 15 long large ones still run, so the next 5 tasks get their request."""
+    short = [user(4000.0, peak=100.0, wall=10.0) for _ in range(5)]
+    tasks = short + [user(4000.0, peak=3000.0, wall=1000.0) for _ in range(35)]
+    worker = Resources(16, 64000, 64000)
+    watched = replay(tasks, make_sizer("budget", worker=worker), workers=20, worker=worker)
+    blind = replay(tasks, Unwatched(make_sizer("budget", worker=worker)), workers=20, worker=worker)
+    assert watched.retries == 0
+    assert blind.retries >= 5

@@ -8,6 +8,7 @@ exceeding a resource only says "more than ``measured`` was needed".
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,6 +81,34 @@ class Record:
     memory_series: tuple[float, ...] | None = None
     """Memory samples in MB at the monitor's interval (k-Segments)."""
     sample_interval_s: float | None = None
+
+
+class Running:
+    """The attempts running now, per category, as the executor that starts them reports it.
+
+    The records of a category whose tasks start together come from its quickest tasks
+    first, and where a task's memory grows with its run time, from its smallest: an
+    attempt that has outlasted every record may need more than any of them. ``budget``
+    counts such attempts as records above the others (censored, as in survival analysis).
+    An executor that reports nothing leaves every count at 0.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        """The executor's clock, in seconds."""
+        self._starts: dict[str, list[float]] = {}
+        """Per category, the start times of its running attempts, sorted."""
+
+    def start(self, category: str, at: float) -> None:
+        bisect.insort(self._starts.setdefault(category, []), at)
+
+    def end(self, category: str, started: float) -> None:
+        starts = self._starts[category]
+        del starts[bisect.bisect_left(starts, started)]
+
+    def outlasting(self, category: str, wall: float) -> int:
+        """How many attempts of ``category`` have run ``wall`` seconds or longer by now."""
+        return bisect.bisect_right(self._starts.get(category, ()), self.now - wall)
 
 
 class Sizer(Protocol):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from learners.resources import PACKED, RESOURCES, Resource, Resources
-from learners.sizing.base import Bound, Exhaustion, Record, TaskFeatures, Unfittable
+from learners.sizing.base import Bound, Exhaustion, Record, Running, TaskFeatures, Unfittable
 from learners.sizing.history import History
 from learners.sizing.ksegments import Steps
 
@@ -175,6 +175,7 @@ class Composite:
         worker: Resources,
         minimum: Resources | None = None,
         prior: bool = False,
+        running: Running | None = None,
     ) -> None:
         self.name = name
         self.resources = resources
@@ -184,6 +185,8 @@ class Composite:
         self.worker = worker
         self.minimum = minimum or Resources(wall=0.0)
         self.prior = prior
+        self.running = running or Running()
+        """The attempts the executor runs, where it reports them (the replay does)."""
         self.history = History()
         """The latest records of every category: the sizer's state across runs."""
         self._new_learner = new_learner

@@ -10,11 +10,13 @@ companion, a sizer of every resource: ``ksegments+greedy`` names it, and
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from learners.resources import PACKED, Resource, Resources
+from learners.sizing.base import Running
 from learners.sizing.baselines import UserRequest, WholeWorker
 from learners.sizing.bucketing import DEFAULTS, Bucketing
 from learners.sizing.budget import BudgetCategory
@@ -127,6 +129,7 @@ def make_sizer(
     seed: int = 0,
     resources: tuple[Resource, ...] = PACKED,
     minimum: Resources | None = None,
+    running: Running | None = None,
     **options: Any,
 ) -> Composite | Selector:
     """The sizer called ``name`` for workers of capacity ``worker``: one of :data:`SIZERS`,
@@ -138,7 +141,8 @@ def make_sizer(
     resource), ``sampling``, ``rate``, ``max_buckets``; quantized ``k``,
     ``sampling``; Tovar ``maximum`` (per resource), ``bucket_sizes``, ``every``;
     Ponder ``min_memory``, ``max_memory``, ``first_tasks``; k-Segments ``k``
-    (a companion takes its defaults).
+    (a companion takes its defaults). ``running`` is where the executor reports the
+    attempts it runs (a new one by default), shared by a selector's candidates.
     """
     base, companion = split_sizer(name)
     unknown = set(options) - _OPTIONS[_family(base)]
@@ -147,21 +151,30 @@ def make_sizer(
     bad = [r for r in resources if r not in ("cores", "memory", "disk", "wall")]
     if bad or not resources:
         raise ValueError(f"cannot size {bad or 'nothing'}: resources are cores, memory, disk, wall")
+    running = running or Running()
     if base == "select":
         candidates = [
-            make_sizer(c, worker=worker, seed=seed, resources=resources, minimum=minimum)
+            make_sizer(
+                c, worker=worker, seed=seed, resources=resources, minimum=minimum, running=running
+            )
             for c in SELECTED
         ]
         by_input = [split_sizer(c)[1] is not None for c in SELECTED]
         return Selector(name, candidates, by_input=by_input)
     rng = np.random.default_rng(seed)
     if companion is None:
-        factory = _factory(base, resources, worker, rng, options)
+        factory = _factory(base, resources, worker, rng, options, running)
     else:
-        factory = _memory_only(base, companion, resources, worker, rng, options)
+        factory = _memory_only(base, companion, resources, worker, rng, options, running)
     prior = base in PRIORS or companion in PRIORS
     return Composite(
-        name, factory, resources=resources, worker=worker, minimum=minimum, prior=prior
+        name,
+        factory,
+        resources=resources,
+        worker=worker,
+        minimum=minimum,
+        prior=prior,
+        running=running,
     )
 
 
@@ -171,9 +184,12 @@ def _factory(
     worker: Resources,
     rng: np.random.Generator,
     options: Mapping[str, Any],
+    running: Running,
 ) -> Factory:
     if name == "budget":
-        return lambda _: BudgetCategory(resources, worker=worker, **options)
+        return lambda category: BudgetCategory(
+            resources, worker=worker, outlasting=partial(running.outlasting, category), **options
+        )
     if _family(name) == "tovar":
         base = name.removesuffix("-doubling")
         mode = "max-throughput" if base == "max-xput" else base
@@ -213,9 +229,10 @@ def _memory_only(
     worker: Resources,
     rng: np.random.Generator,
     options: Mapping[str, Any],
+    running: Running,
 ) -> Factory:
     others = tuple(r for r in resources if r != "memory")
-    rest = _factory(companion, others, worker, rng, {}) if others else None
+    rest = _factory(companion, others, worker, rng, {}, running) if others else None
 
     def memory() -> ResourceLearner:
         capacity = worker.memory

@@ -128,6 +128,8 @@ class Selector:
         """Categories some of whose records reported an input size."""
         self.resources = self.candidates[0].resources
         self.worker = self.candidates[0].worker
+        self.running = self.candidates[0].running
+        """The attempts the executor runs, as the candidates see them."""
         self.history = History()
         self._shadows: dict[str, list[Shadow]] = {}
         self._unlearnt: list[Record | _Kill] = []
