@@ -343,7 +343,7 @@ class RunState:
             if outcome == OnWorker.WAITING:
                 stage.waiting.add((task.task.id, attempt))
             else:
-                stage.running[(task.task.id, attempt)] = row["start_t"] or 0.0
+                self._running(stage, (task.task.id, attempt), row["start_t"] or 0.0)
             spec = self._spec(task, attempt, allocation)
             self.expected.setdefault(row["worker"], []).append(spec)
             self.expected_on[(task.task.id, attempt)] = row["pilot_id"]
@@ -669,6 +669,7 @@ class RunState:
         starts = []
         now = self.clock
         self.sent_ahead = False
+        self.sizer.running.now = self.now
         for stage in self.stages.values():
             if stage.phase not in (Phase.READY, Phase.RUNNING):
                 continue
@@ -738,8 +739,14 @@ class RunState:
         for key in keys:
             stage = self.stage_of(key[0])
             stage.waiting.discard(key)
-            stage.running[key] = self.now
+            self._running(stage, key, self.now)
             self.recorder.attempt_started(key, self.now)
+
+    def _running(self, stage: StageRun, key: Key, since: float) -> None:
+        """Attempt ``key`` runs on its worker since ``since``; the sizer counts it among its
+        category's running attempts (those that outlast every record tell it something)."""
+        stage.running[key] = since
+        self.sizer.running.start(self.task(key[0]).task.category, since)
 
     def stage_of(self, task_id: str) -> StageRun:
         """The stage of task ``task_id``."""
@@ -756,7 +763,10 @@ class RunState:
         started = self.pool.release(worker.id, key, spec.allocation)
         task_run = self.task(spec.task_id)
         stage = self.stages[task_run.task.stage]
-        ran = stage.running.pop(key, None) is not None
+        since = stage.running.pop(key, None)
+        ran = since is not None
+        if since is not None:
+            self.sizer.running.end(task_run.task.category, since)
         stage.waiting.discard(key)
         self._began(started)
         if task_run.running != spec.attempt:

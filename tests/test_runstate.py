@@ -379,3 +379,22 @@ def test_pilots_that_end_on_their_own_between_passes_are_noted_once_per_way():
         "2 pilots (a-0 and a-1), each: ended TIMEOUT",
         "pilot a-2: ended FAILED",
     ]
+
+
+def test_the_sizer_is_told_which_attempts_of_a_category_run_and_since_when():
+    """What lets a sizer count the attempts that outlast every record (censored records):
+    each attempt from its start on its worker to its result."""
+    state, _ = new_state(TWO_STAGES)
+    state.start()
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7")))
+    first, second = state.place()  # as the run starts
+    running = state.sizer.running
+    state.apply(Tick(170.0))
+    state.place()
+    assert running.now == 70.0
+    assert running.outlasting("a", 70.0) == 2 and running.outlasting("a", 71.0) == 0
+    state.apply(success(first))
+    assert running.outlasting("a", 0.0) == 1
+    state.apply(success(second))
+    assert running.outlasting("a", 0.0) == 0

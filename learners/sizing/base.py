@@ -115,6 +115,8 @@ class Sizer(Protocol):
     """Allocates attempts and learns from their outcomes."""
 
     name: str
+    running: Running
+    """Where the executor reports the attempts it runs (the engine and the replay do)."""
 
     def allocate(
         self,
