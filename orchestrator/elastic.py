@@ -367,8 +367,8 @@ class Elastic:
     def _unfit(self, unit: PilotView, stages: Sequence[StageView], now: float) -> str | None:
         """Why ``unit`` can hold no task of the stages still open, if it cannot: its cores or
         memory too small for tasks that have since grown (their memory, after a kill), or its
-        time limit too near for another task to finish (placement gives it none). Such a unit
-        would otherwise count as width held while no task runs on it."""
+        time limit too near for another task of a stage running now to finish (placement gives
+        it none). Such a unit would otherwise count as width held while no task runs on it."""
         assert unit.allocation is not None  # every unit has one
         if not stages:
             return None  # its fate lets it go: no stage needs it again
@@ -382,7 +382,10 @@ class Elastic:
         ]
         if not fits:
             return "too small for the tasks left"
-        if unit.ends is not None and all(now + v.duration > unit.ends for v in fits):
+        # Tasks it could start now: a later stage's are left to the units acquired for it.
+        startable = [v for v in fits if v.phase != Phase.WAITING]
+        ends = unit.ends
+        if ends is not None and startable and all(now + v.duration > ends for v in startable):
             return "its time limit ends before another task could finish"
         return None
 
