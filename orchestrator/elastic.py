@@ -358,7 +358,7 @@ class Elastic:
         fit in it; a node at most. A place whose width reaches ``peak`` cores holds at most
         :data:`MAX_UNITS` units: wider, each unit holds more tasks."""
         node = int(self.node.cores)
-        task = min(node, max(math.ceil(v.task.cores - 1e-9) for v in serves))
+        task = min(node, max(_cores(v.task) for v in serves))
         most = {"task": task, "node": node}.get(self.unit, self.unit)
         assert isinstance(most, int)
         most = max(most, -(-peak // MAX_UNITS))
@@ -372,13 +372,9 @@ class Elastic:
         assert unit.allocation is not None  # every unit has one
         if not stages:
             return None  # its fate lets it go: no stage needs it again
-        memory = unit.allocation.memory_mb
-        if memory is None:
-            memory = self.node.memory * unit.cores / self.node.cores
+        memory = self._memory(unit.allocation)
         fits = [
-            v
-            for v in stages
-            if math.ceil(v.task.cores - 1e-9) <= unit.cores and v.task.memory <= memory + 1e-9
+            v for v in stages if _cores(v.task) <= unit.cores and v.task.memory <= memory + 1e-9
         ]
         if not fits:
             return "too small for the tasks left"
@@ -388,6 +384,12 @@ class Elastic:
         if ends is not None and startable and all(now + v.duration > ends for v in startable):
             return "its time limit ends before another task could finish"
         return None
+
+    def _memory(self, allocation: Allocation) -> float:
+        """An allocation's memory in MB: as written, or its cores' share of a node's."""
+        if allocation.memory_mb is not None:
+            return allocation.memory_mb
+        return self.node.memory * allocation.cores / self.node.cores
 
     def _k(self, cores: int) -> float:
         """The cost of a second of ``cores`` idle, in seconds of makespan."""
@@ -520,13 +522,11 @@ class Elastic:
         memory: float | None = None
         if any(v.allocation.memory_mb is not None for v in serves):
             memory = max(
-                (a.memory_mb if a.memory_mb is not None else node.memory * a.cores / node.cores)
-                * min(cores, a.cores)
-                / a.cores
+                self._memory(a) * min(cores, a.cores) / a.cores
                 for a in (v.allocation for v in serves)
             )
             memory = math.floor(memory)
-        tasks = max(v.task.memory * (cores // max(1, math.ceil(v.task.cores))) for v in serves)
+        tasks = max(v.task.memory * (cores // _cores(v.task)) for v in serves)
         if tasks > (node.memory * cores / node.cores if memory is None else memory):
             memory = min(math.ceil(tasks), math.floor(node.memory))
         return replace(widest, cores=cores, nodes=None, memory_mb=memory, time_limit_s=limit)
@@ -539,6 +539,11 @@ Place = tuple[str | None, str | None, str | None]
 def _place(allocation: Allocation | None) -> Place:
     assert allocation is not None  # every stage and unit has one
     return (allocation.partition, allocation.account, allocation.qos)
+
+
+def _cores(task: Resources) -> int:
+    """The whole cores one task takes: a unit holds whole tasks."""
+    return max(1, math.ceil(task.cores - 1e-9))
 
 
 def _coverage_order(unit: PilotView) -> tuple[bool, int, bool]:

@@ -343,7 +343,7 @@ class RunState:
             if outcome == OnWorker.WAITING:
                 stage.waiting.add((task.task.id, attempt))
             else:
-                self._running(stage, (task.task.id, attempt), row["start_t"] or 0.0)
+                self._running(task, (task.task.id, attempt), row["start_t"] or 0.0)
             spec = self._spec(task, attempt, allocation)
             self.expected.setdefault(row["worker"], []).append(spec)
             self.expected_on[(task.task.id, attempt)] = row["pilot_id"]
@@ -737,16 +737,17 @@ class RunState:
     def _began(self, keys: list[Key]) -> None:
         """Attempts ``keys`` start on their worker now (as they came, or after waiting)."""
         for key in keys:
-            stage = self.stage_of(key[0])
-            stage.waiting.discard(key)
-            self._running(stage, key, self.now)
+            task = self.task(key[0])
+            self.stages[task.task.stage].waiting.discard(key)
+            self._running(task, key, self.now)
             self.recorder.attempt_started(key, self.now)
 
-    def _running(self, stage: StageRun, key: Key, since: float) -> None:
-        """Attempt ``key`` runs on its worker since ``since``; the sizer counts it among its
-        category's running attempts (those that outlast every record tell it something)."""
-        stage.running[key] = since
-        self.sizer.running.start(self.task(key[0]).task.category, since)
+    def _running(self, task: TaskRun, key: Key, since: float) -> None:
+        """Attempt ``key`` of ``task`` runs on its worker since ``since``; the sizer counts it
+        among its category's running attempts (those that outlast every record tell it
+        something)."""
+        self.stages[task.task.stage].running[key] = since
+        self.sizer.running.start(task.task.category, since)
 
     def stage_of(self, task_id: str) -> StageRun:
         """The stage of task ``task_id``."""
