@@ -90,8 +90,7 @@ def render(engine: Engine) -> Group:
     for column in ("pilot", "job", "cores", "state", "submitted", "predicted wait", "waited",
                    "prediction"):  # fmt: skip
         pilots.add_column(column)
-    every = list(engine.state.pilots.values())
-    shown_pilots = _pilots_shown(every)
+    shown_pilots, hidden_pilots = _pilots_shown(list(engine.state.pilots.values()))
     for p in shown_pilots:
         info = p.info
         state = _pilot_state(p)
@@ -109,10 +108,10 @@ def render(engine: Engine) -> Group:
             _waited(p),
             {True: "hit", False: Text("over-predicted", style="yellow"), None: ""}[p.hit],
         )
-    if len(shown_pilots) < len(every):
-        hidden = Counter(_pilot_state(p) for p in every if p not in shown_pilots)
+    if hidden_pilots:
+        hidden = Counter(_pilot_state(p) for p in hidden_pilots)
         told = ", ".join(f"{n} {state}" for state, n in sorted(hidden.items()))
-        pilots.add_row(Text(f"… {len(every) - len(shown_pilots)} more: {told}", style="dim"))
+        pilots.add_row(Text(f"… {len(hidden_pilots)} more: {told}", style="dim"))
     notes = Text("\n".join(_line(t, text) for t, text in list(engine.state.notes)[-6:]))
     shown = [head, stages, *([sizes] if sizes.rows else []), pilots]
     return Group(*shown, Text("decisions", style="bold"), notes)
@@ -123,12 +122,14 @@ PILOT_ROWS = 12
 hold a pilot per task slot); the rest are counted by state."""
 
 
-def _pilots_shown(pilots: Sequence[PilotRun]) -> list[PilotRun]:
-    """The pilots the view lists, in the order they were submitted."""
-    if len(pilots) <= PILOT_ROWS:
-        return list(pilots)
+def _pilots_shown(pilots: Sequence[PilotRun]) -> tuple[list[PilotRun], list[PilotRun]]:
+    """The pilots the view lists, in the order they were submitted, and those it counts."""
     order = sorted(range(len(pilots)), key=lambda i: (not pilots[i].live, -i))
-    return [pilots[i] for i in sorted(order[:PILOT_ROWS])]
+    shown = set(order[:PILOT_ROWS])
+    return (
+        [p for i, p in enumerate(pilots) if i in shown],
+        [p for i, p in enumerate(pilots) if i not in shown],
+    )
 
 
 def _pilot_state(pilot: PilotRun) -> str:
