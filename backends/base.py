@@ -186,10 +186,16 @@ class BatchBackend(Protocol):
         stage's workers are planned with before any has arrived; None where it cannot tell."""
         ...
 
-    async def expected_wait(self, request: PilotRequest) -> float | None:
+    async def expected_wait(
+        self, request: PilotRequest, instead_of: str | None = None
+    ) -> float | None:
         """How long the scheduler itself expects a pilot like ``request`` submitted now
         (its dependency aside) to wait, from the queue as it is (Slurm: ``sbatch
-        --test-only``); None where it cannot tell. Submits nothing."""
+        --test-only``); None where it cannot tell. Submits nothing.
+
+        ``instead_of``: a pending job of the run that ``request`` would replace, left out of
+        the foresight (a job that waits ahead of ``request`` would otherwise keep it from
+        starting in the scheduler's eyes)."""
         ...
 
     async def submit(self, request: PilotRequest) -> str:

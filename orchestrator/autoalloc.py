@@ -42,6 +42,13 @@ below the longest learned task plus that margin. A tighter limit backfills
 sooner; the pool's walltime-aware placement keeps tasks off a pilot about to
 end, and a stage whose pilot ends early gets another.
 
+**Replacing a pending pilot.** A pilot chosen ahead of its stage, on a forecast and the waits
+learned before, may meet another queue once the stage is ready. :class:`Instead` weighs it
+against the widths that, started now, cost less than it would if it waited as long again as
+it has since the stage became ready (a queue wait that has lasted a while is as likely to last
+as long again as to end soon); if the scheduler starts one of them now, the cheapest replaces
+it (``planner.AutoFit.replacements``).
+
 **Fallback.** With no run time known (no earlier run, no task finished, no
 ``wall``), the pilot is one node, with no more cores than the stage's tasks
 fill, for ``max_time`` (or 1 h).
@@ -343,6 +350,66 @@ def to_ask(
     price, cheapest = w.prices(w.waits, cost)
     now, _ = w.prices({}, cost)
     return [w.geometry(s) for s in w.fitting if s != cheapest and now[s] < price[cheapest]]
+
+
+@dataclass(frozen=True, slots=True)
+class Instead:
+    """The widths that would replace a stage's pending pilot of ``held`` cores, which has
+    waited ``waited`` s since the stage became ready: those that, started now, would cost less
+    than it would if it waited as long again, with their prices.
+
+    As long again: a queue wait is heavy-tailed, and one that has lasted a while is as likely
+    to last about as long again as to end soon. The pending pilot's place in the queue is
+    given up, so a width that starts now must beat it by that much, not merely by its run."""
+
+    weighing: _Weighing
+    price: dict[int, float]
+    held: int
+    waited: float
+
+    @classmethod
+    def of(
+        cls,
+        demand: Demand,
+        node: Node,
+        bounds: Allocation,
+        wait_of: WaitOf,
+        cost: float,
+        held: int,
+        waited: float,
+    ) -> Instead | None:
+        """None where no run time is known (nothing to weigh)."""
+        if not demand.durations:
+            return None
+        w = _Weighing.of(demand, node, bounds, wait_of)
+        slots = max(1, math.floor(held / w.shape.per_task + 1e-9))
+        runs = np.sort(np.asarray(demand.durations, dtype=float))
+        run = w.timed[slots][0] if slots in w.timed else _run_time(runs, w.shape.tasks, slots)[0]
+        keep = waited + run * (1 + cost * held / 3600.0)
+        now, _ = w.prices({}, cost)
+        price = {s: p for s, p in now.items() if w.cores[s] != held and p < keep}
+        return cls(w, price, held, waited)
+
+    def to_ask(self) -> list[Geometry]:
+        """The pilots to ask the scheduler about: every width that would replace it."""
+        return [self.weighing.geometry(s) for s in self.price]
+
+    def choose(self, expected: Expected) -> Fit | None:
+        """The cheapest width the scheduler starts now (``expected``, asked about the widths
+        :meth:`to_ask` listed); None to keep the pending pilot."""
+        w = self.weighing
+        now = [s for s in self.price if (e := expected(w.geometry(s))) is not None and e <= NOW_S]
+        if not now:
+            return None
+        best = min(now, key=self.price.__getitem__)
+        mean, limit = w.timed[best]
+        why = (
+            f"{w.demand.source}; its pilot of {count(self.held, 'core')} still waited "
+            f"{duration(self.waited)} after the stage became ready, and this width starts now"
+        )
+        return w.shape.fit(
+            best, limit, mean, why, w.demand, wait_s=0.0, wait_from=WaitFrom.SCHEDULER
+        )
 
 
 def choose(

@@ -412,9 +412,15 @@ class Engine:
         about to choose between: the queue as it is now, where the learner knows the past."""
         fit = self.planner.fit
         assert fit is not None
-        for allocation in fit.to_ask(self.state.now, self.state.stage_views().values()):
-            request = self.state.request("foreseen", allocation, ())
+        state = self.state
+        views = state.stage_views()
+        for allocation in fit.to_ask(state.now, views.values()):
+            request = state.request("foreseen", allocation, ())
             fit.foreseen(allocation, await self.backend.expected_wait(request))
+        for pilot_id, allocation in fit.to_ask_instead(state.now, views, state.pilot_views()):
+            request = state.request("foreseen", allocation, ())
+            job_id = state.pilots[pilot_id].job_id
+            fit.foreseen(allocation, await self.backend.expected_wait(request, job_id))
 
     async def _submit(self, action: Submit) -> None:
         pilot = self.state.submitting(action)

@@ -29,8 +29,19 @@ from typing import Any, Protocol
 
 from learners.queue_wait import Prediction
 from learners.resources import Resources
-from orchestrator.autoalloc import Demand, Fit, Geometry, Node, WaitOf, choose, fitted, to_ask
-from orchestrator.human import duration, offset
+from orchestrator.autoalloc import (
+    NOW_S,
+    Demand,
+    Fit,
+    Geometry,
+    Instead,
+    Node,
+    WaitOf,
+    choose,
+    fitted,
+    to_ask,
+)
+from orchestrator.human import count, duration, offset
 from workflows.spec import Allocation
 
 
@@ -92,6 +103,8 @@ class PilotView:
     allocation: Allocation | None = None
     ends: float | None = None
     """When its time limit ends it, once it started."""
+    submitted: float = 0.0
+    """When it was submitted."""
 
     @property
     def cores(self) -> int:
@@ -172,6 +185,12 @@ class AutoFit:
     """The waits the scheduler foresaw, by pilot geometry."""
     _asked: dict[str, float] = field(default_factory=dict)
     """When each stage's widths were last asked about."""
+    _weighed: dict[str, float] = field(default_factory=dict)
+    """When each pending pilot of a ready stage was last weighed against the widths that
+    start now (:meth:`replacements`)."""
+    _weighing: dict[str, Instead] = field(default_factory=dict)
+    """The pending pilots :meth:`to_ask_instead` asked about for this pass, and the widths
+    that would replace each."""
 
     def allocation(self, view: StageView) -> tuple[Allocation, Fit | None]:
         """The pilot of ``view``'s stage, and the choice behind it (None: hand-written)."""
@@ -188,6 +207,31 @@ class AutoFit:
             )
         fit = self._fits[view.name]
         return fitted(view.allocation, fit), fit
+
+    def to_ask_instead(
+        self, now: float, views: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> list[tuple[str, Allocation]]:
+        """The pilots to ask the scheduler about now in place of a pending one, each with the
+        pilot it would replace: of each pending pilot due to be weighed again
+        (:meth:`replacements`), the widths that would replace it if they started now."""
+        asking = []
+        for pilot in pilots:
+            view = self._ready_stage(pilot, views)
+            if view is None or (waited := self._waited(now, view, pilot)) is None:
+                continue
+            self._weighed[pilot.pilot_id] = now
+            base = view.allocation
+            found = Instead.of(
+                view.demand(), self.node, base, self._wait_of(base), self.cost, pilot.cores, waited
+            )
+            if found is None:
+                continue
+            self._weighing[pilot.pilot_id] = found
+            asking += [
+                (pilot.pilot_id, replace(base, nodes=n, cores=c, time_limit_s=t, memory_mb=m))
+                for n, c, t, m in found.to_ask()
+            ]
+        return asking
 
     def to_ask(self, now: float, views: Iterable[StageView]) -> list[Allocation]:
         """The pilots to ask the scheduler about now: of each open automatic stage whose
@@ -213,6 +257,68 @@ class AutoFit:
             ]
         return asking
 
+    def replacements(
+        self, now: float, views: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> tuple[list[Cancel], float | None]:
+        """The pending pilots of ready automatic stages to cancel for a width the scheduler
+        starts now (:func:`~orchestrator.autoalloc.instead`; the choice is kept for the
+        stage's next submission), and when a pilot is next weighed again.
+
+        A pilot chosen ahead of its stage, on a forecast and the waits learned before, may
+        meet another queue once the stage is ready. It is weighed again :data:`NOW_S` after
+        the stage became ready (or after it was submitted, if later), then each time its wait
+        since has doubled (the price of keeping it is its wait so far, so a shorter step
+        would rarely decide otherwise), with the widths the engine asked the scheduler about
+        just before, in its place (:meth:`to_ask_instead`)."""
+        cancels: list[Cancel] = []
+        wake: list[float] = []
+        weighing, self._weighing = self._weighing, {}
+        for pilot in pilots:
+            view = self._ready_stage(pilot, views)
+            if view is None:
+                continue
+            found = weighing.get(pilot.pilot_id)
+            fit = None if found is None else found.choose(self._foreseen.get)
+            if found is None or fit is None:
+                wake.append(self._due(view, pilot))
+                continue
+            self._fits[view.name] = fit
+            cancels.append(
+                Cancel(
+                    pilot.pilot_id,
+                    f"still waits {duration(found.waited)} after stage {view.name} became ready, "
+                    f"where {count(fit.cores, 'core')} start now: cancelled for them",
+                )
+            )
+        return cancels, min(wake, default=None)
+
+    def _ready_stage(self, pilot: PilotView, views: Mapping[str, StageView]) -> StageView | None:
+        """The automatic stage ``pilot`` alone serves, if the pilot waits though the stage is
+        ready (its tasks may run)."""
+        view = views.get(pilot.stages[0]) if len(pilot.stages) == 1 else None
+        if (
+            view is None
+            or pilot.started
+            or view.demand is None
+            or not view.allocation.auto
+            or view.ready_t is None
+            or view.phase not in (Phase.READY, Phase.RUNNING)
+        ):
+            return None
+        return view
+
+    def _due(self, view: StageView, pilot: PilotView) -> float:
+        """When ``pilot`` is next weighed: :data:`NOW_S` after it began to wait for a ready
+        stage, then each time its wait since has doubled."""
+        since = _waits_since(view, pilot)
+        last = self._weighed.get(pilot.pilot_id)
+        return since + NOW_S if last is None else since + 2 * (last - since)
+
+    def _waited(self, now: float, view: StageView, pilot: PilotView) -> float | None:
+        """How long ``pilot`` has waited for its ready stage, if it is due to be weighed again
+        now (None: not yet)."""
+        return None if now < self._due(view, pilot) else now - _waits_since(view, pilot)
+
     def foreseen(self, allocation: Allocation, wait: float | None) -> None:
         """What the scheduler foresees of a pilot of ``allocation`` submitted now."""
         a = allocation
@@ -229,6 +335,11 @@ class AutoFit:
         return self._fits.pop(stage, None)
 
 
+def _waits_since(view: StageView, pilot: PilotView) -> float:
+    """When ``pilot`` began to wait for its stage, ready: the later of the two."""
+    return max(view.ready_t or 0.0, pilot.submitted)
+
+
 class _StageAllocations:
     """Planners that submit each stage's own allocation (chosen by ``fit`` when automatic)."""
 
@@ -239,6 +350,17 @@ class _StageAllocations:
 
     def _allocation(self, view: StageView) -> Allocation:
         return view.allocation if self.fit is None else self.fit.allocation(view)[0]
+
+    def _replaced(
+        self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
+    ) -> tuple[list[Cancel], list[PilotView], float | None]:
+        """The pending pilots to cancel for a width that starts now
+        (:meth:`AutoFit.replacements`), the pilots left, and when to weigh again."""
+        if self.fit is None:
+            return [], list(pilots), None
+        cancels, wake = self.fit.replacements(now, stages, pilots)
+        gone = {c.pilot_id for c in cancels}
+        return cancels, [p for p in pilots if p.pilot_id not in gone], wake
 
     def _submit(self, view: StageView, **more: Any) -> Submit:
         """``view``'s pilot, with the choice behind it in words when it was chosen."""
@@ -263,12 +385,13 @@ class PerStage(_StageAllocations):
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
     ) -> Plan:
+        cancels, pilots, wake = self._replaced(now, stages, pilots)
         ready = [v for v in _unserved(stages, pilots) if v.phase != Phase.WAITING]
-        actions = [self._submit(v) for v in ready]
+        submits = [self._submit(v) for v in ready]
         notes = []
-        for v, action in zip(ready, actions, strict=True):
+        for v, action in zip(ready, submits, strict=True):
             notes += [f"stage {v.name}: ready, submitting now", *_fit_words(action)]
-        return Plan(tuple(actions), notes=tuple(notes))
+        return Plan((*cancels, *submits), wake, tuple(notes))
 
 
 class BigJob:
@@ -367,9 +490,10 @@ class Asa(_StageAllocations):
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
     ) -> Plan:
-        actions: list[Submit | Cancel] = []
+        replaced, pilots, again = self._replaced(now, stages, pilots)
+        actions: list[Submit | Cancel] = [*replaced]
         notes: list[str] = []
-        wake: list[float] = []
+        wake: list[float] = [] if again is None else [again]
         if not self.dependency:
             cancels = self._idle_early(now, stages, pilots)
             actions += cancels

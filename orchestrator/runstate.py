@@ -498,6 +498,7 @@ class RunState:
                 p.info.wait if p.info else None,
                 p.allocation,
                 self._ends(p),
+                p.submit_t,
             )
             for p in self.pilots.values()
             if p.live and not p.released

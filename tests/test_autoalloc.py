@@ -1,6 +1,7 @@
 """Automatic allocations: the pilot's width and time limit chosen from a constructed history."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,7 +24,16 @@ from orchestrator.autoalloc import (
     to_ask,
     with_fallbacks,
 )
-from orchestrator.planner import ASK_AGAIN_S, AutoFit, PerStage, Phase, StageView, Submit
+from orchestrator.planner import (
+    ASK_AGAIN_S,
+    AutoFit,
+    Cancel,
+    PerStage,
+    Phase,
+    PilotView,
+    StageView,
+    Submit,
+)
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import Allocation, Stage, TaskTemplate, Workflow, loads
@@ -248,6 +258,47 @@ def test_the_planner_submits_the_fit_and_says_why():
     )
     # the stage's next pilot (say the first was lost) is chosen again
     assert fit.submitted("s") is None
+
+
+def test_a_pending_pilot_of_a_ready_stage_is_replaced_by_a_width_that_starts_now():
+    """A 24-core pilot chosen ahead of its stage still waits 10 minutes after the stage became
+    ready, and the scheduler foresees 8 cores starting now: the pilot is cancelled for them,
+    both notes say why. It is first weighed NOW_S after the stage became ready; where nothing
+    that would beat it starts now, it keeps its place and is weighed again once it has waited
+    twice as long; a pilot of a stage that is not ready is never weighed."""
+    fit = AutoFit(NODE, lambda allocation: 0.0)
+    d = Demand(24, durations=runs(120.0, n=24), source="24 learned")
+    view = StageView("s", ("a",), AUTO, Phase.READY, ready_t=1000.0, demand=lambda: d)
+    pilot = PilotView("p-1", ("s",), False, allocation=Allocation(24), submitted=500.0)
+    planner = PerStage(fit)
+    early = planner.decide(1030.0, {"s": view}, [pilot])
+    assert early.actions == () and early.wake_at == 1000.0 + NOW_S
+
+    now = 1600.0
+    asked = [a for pilot_id, a in fit.to_ask_instead(now, {"s": view}, [pilot])]
+    assert {a.cores for a in asked} == {12, 8, 6, 5}  # narrower and quick enough to beat it
+    assert fit.to_ask_instead(now + 1, {"s": view}, [pilot]) == []  # weighed a moment ago
+    for allocation in asked:
+        fit.foreseen(allocation, 0.0 if allocation.cores == 8 else 5000.0)
+    plan = planner.decide(now, {"s": view}, [pilot])
+    cancel, submit = plan.actions
+    assert isinstance(cancel, Cancel) and cancel.pilot_id == "p-1"
+    assert cancel.why == (
+        "still waits 10 min after stage s became ready, where 8 cores start now: cancelled for them"
+    )
+    assert isinstance(submit, Submit) and submit.allocation.cores == 8
+    assert "starts now, as the scheduler foresees" in submit.fit
+    assert "its pilot of 24 cores still waited 10 min after the stage became ready" in submit.fit
+
+    kept = AutoFit(NODE, lambda allocation: 0.0)
+    for _, allocation in kept.to_ask_instead(now, {"s": view}, [pilot]):
+        kept.foreseen(allocation, 5000.0)
+    plan = PerStage(kept).decide(now, {"s": view}, [pilot])
+    assert plan.actions == () and plan.wake_at == 2200.0  # when its wait has doubled
+
+    waiting = replace(view, phase=Phase.WAITING)
+    assert AutoFit(NODE, lambda a: 0.0).to_ask_instead(now, {"s": waiting}, [pilot]) == []
+    assert PerStage(fit).decide(now, {"s": waiting}, [pilot]).actions == ()
 
 
 def test_a_hand_written_stage_is_left_as_written():

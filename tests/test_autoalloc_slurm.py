@@ -108,3 +108,42 @@ def test_a_width_slurm_starts_now_is_chosen_though_it_was_learned_to_wait(tmp_pa
     assert "starts now, as the scheduler foresees" in pilot["fit"]
     (figures,) = runs[1].pilots
     assert figures.wait is not None and figures.wait < 60
+
+
+def test_a_pending_auto_pilot_gives_way_to_a_width_slurm_starts_now(tmp_path, cluster):
+    """Every width is learned to start at once, so the second run's pilot takes the node's
+    16 CPUs for its 16 tasks. But a job holds 8 of them for 5 minutes: the pilot waits. A
+    minute after it was submitted it is weighed again; ``sbatch --test-only`` foresees 8 CPUs
+    starting now, so it is cancelled for a pilot of 8, which runs the tasks in two waves
+    while the other job still runs."""
+    workflow = loads(
+        textwrap.dedent(WORKFLOW.replace('"sleep 2", count = 4', '"sleep 1", count = 16')),
+        source=tmp_path / "wf.toml",
+    )
+    config = slurm_config(tmp_path, "per-stage")
+
+    def planner() -> PerStage:
+        return PerStage(fit=AutoFit(Node(16), lambda a: 0.0))
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            first = await execute(
+                workflow, config, store, run_id=f"{cluster.run_id}a", planner=planner()
+            )
+            blocker = sbatch(cluster, "load", 8, "6", 300)
+            deadline = time.monotonic() + 60
+            while state(blocker) != "RUNNING" and time.monotonic() < deadline:
+                await clock.sleep(0.5)
+            second = await execute(
+                workflow, config, store, run_id=f"{cluster.run_id}b", planner=planner()
+            )
+            return first, second, await store.rows("pilots", {"run_id": second.run_id}), blocker
+
+    first, second, pilots, blocker = clock.run(main(), virtual=False)
+    assert [first.status, second.status] == ["done", "done"], (first.error, second.error)
+    wide, narrow = sorted(pilots, key=lambda p: p["submit_t"])
+    assert wide["request"]["cores"] == 16 and wide["state"] == "CANCELLED", wide
+    assert narrow["request"]["cores"] == 8 and narrow["state"] == "COMPLETED", narrow
+    assert "still waited 1 min after the stage became ready" in narrow["fit"]
+    assert "starts now, as the scheduler foresees" in narrow["fit"]
+    assert state(blocker) == "RUNNING"  # the tasks ran beside it, not after it

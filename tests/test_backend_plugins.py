@@ -51,7 +51,9 @@ class Instant:
         if request.cores > self.node.cores:
             raise SubmitError(f"{request.cores} cores: a node has {self.node.cores}", "cores")
 
-    async def expected_wait(self, request: PilotRequest) -> float | None:
+    async def expected_wait(
+        self, request: PilotRequest, instead_of: str | None = None
+    ) -> float | None:
         return 0.0
 
     async def submit(self, request: PilotRequest) -> str:

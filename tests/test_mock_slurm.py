@@ -448,6 +448,21 @@ def test_the_backend_foresees_a_wait_and_none_for_a_pilot_it_would_refuse():
     assert clock.run(main(), virtual=True) == (3600.0, None)
 
 
+def test_the_foresight_of_a_replacement_leaves_out_the_pilot_it_replaces():
+    """A 4-core job holds one of two nodes for an hour; our pilot of both nodes waits for it
+    with the reservation. A pilot of a node and two hours cannot backfill before it, but in
+    its place (the wide one cancelled) it starts now."""
+
+    async def main():
+        mock = MockSlurm(ClusterSpec(nodes=2, cores_per_node=4))
+        await mock.submit(PilotRequest("load", cores=4, time_limit_s=3600))
+        wide = await mock.submit(PilotRequest("wide", cores=8, time_limit_s=3600))
+        narrow = PilotRequest("narrow", cores=4, time_limit_s=7200)
+        return await mock.expected_wait(narrow), await mock.expected_wait(narrow, wide)
+
+    assert clock.run(main(), virtual=True) == (7200.0, 0.0)
+
+
 # --------------------------------------------------------- asyncio adapter
 
 

@@ -445,3 +445,25 @@ async def test_expected_wait_is_the_start_slurm_foresees_and_queues_nothing(jobs
     assert wait is not None and 540 <= wait <= 610, wait
     assert await jobs.backend.expected_wait(jobs.request("bad", partition="nowhere")) is None
     assert jobs.queued() == [load]
+
+
+async def test_expected_wait_in_place_of_a_pending_pilot_holds_it_only_for_the_question(jobs):
+    """A load holds half the node for 10 minutes and a pilot of the whole node waits for it.
+    Slurm foresees a 2-hour pilot of the free half after that pilot; asked in its place, it
+    foresees it now. The pending pilot is held only while Slurm answers: it waits as before,
+    not held, its priority back."""
+    load = jobs.background("load", cpus=NODE_CPUS // 2, seconds=600)
+    for _ in range(100):
+        if sh("squeue", "-h", "-j", load, "-o", "%T").strip() == "RUNNING":
+            break
+        await asyncio.sleep(0.2)
+    wide = await jobs.backend.submit(jobs.request("wide", cores=NODE_CPUS, time_limit_s=600))
+    await jobs.until(wide, lambda i: i.reason in ("Resources", "Priority"))
+    narrow = jobs.request("narrow", cores=NODE_CPUS // 2, time_limit_s=7200)
+    behind = await jobs.backend.expected_wait(narrow)
+    assert behind is not None and behind > 60, behind
+    instead = await jobs.backend.expected_wait(narrow, instead_of=wide)
+    assert instead is not None and instead < 5, instead
+    state, reason, priority = sh("squeue", "-h", "-j", wide, "-o", "%T %r %Q").split()
+    assert state == "PENDING" and "Held" not in reason and int(priority) > 0, jobs.story(wide)
+    assert sorted(jobs.queued()) == sorted([load, wide])

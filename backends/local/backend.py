@@ -171,7 +171,9 @@ class LocalBackend:
         if not request.time_limit_s > 0:
             raise SubmitError(f"time limit must be positive, not {request.time_limit_s}", "time")
 
-    async def expected_wait(self, request: PilotRequest) -> float | None:
+    async def expected_wait(
+        self, request: PilotRequest, instead_of: str | None = None
+    ) -> float | None:
         return 0.0  # no queue: a pilot starts when submitted (once its dependency is met)
 
     async def submit(self, request: PilotRequest) -> str:

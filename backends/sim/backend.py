@@ -160,9 +160,12 @@ class MockSlurm:
             )
         sim.check(request.cores, request.nodes, request.memory_mb)
 
-    async def expected_wait(self, request: PilotRequest) -> float | None:
+    async def expected_wait(
+        self, request: PilotRequest, instead_of: str | None = None
+    ) -> float | None:
         """The wait the scheduler foresees for ``request`` submitted now, without its
-        dependency (as ``sbatch --test-only`` tells); None for a pilot it would refuse."""
+        dependency (as ``sbatch --test-only`` tells), the job ``instead_of`` cancelled; None
+        for a pilot it would refuse."""
         sim = self._sync()
         try:
             self._check(sim, request)
@@ -173,6 +176,7 @@ class MockSlurm:
             _whole_minutes(request.time_limit_s),
             nodes=request.nodes,
             memory_mb=request.memory_mb,
+            without=None if instead_of is None else int(instead_of),
         )
 
     async def submit(self, request: PilotRequest) -> str:

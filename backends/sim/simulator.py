@@ -469,11 +469,15 @@ class Simulator:
         nodes: int | None = None,
         memory_mb: float | None = None,
         horizon: float = 30 * 86400.0,
+        without: int | None = None,
     ) -> float:
         """How long a job submitted now would wait as the scheduler foresees it (Slurm's
         ``sbatch --test-only``): on a fork where no other job arrives and every job runs to
-        its time limit, the only end the scheduler knows."""
+        its time limit, the only end the scheduler knows, and job ``without`` (if it is
+        still there) is cancelled."""
         fork = self.fork()
+        if without is not None and without in fork._jobs:
+            fork.cancel(fork._jobs[without])
         a = fork._arrivals
         a.cursor, a.next = len(a.submit), INF
         fork._events = [e for e in fork._events if e[2] not in (_END, _WITHDRAW)]

@@ -189,10 +189,18 @@ class SlurmBackend:
             f"check {request.name}", lambda: self._sbatch(args, script, "--test-only")
         )
 
-    async def expected_wait(self, request: PilotRequest) -> float | None:
+    async def expected_wait(
+        self, request: PilotRequest, instead_of: str | None = None
+    ) -> float | None:
         """The start Slurm foresees (``sbatch --test-only``), as a wait from now: one try, and
-        None if Slurm refuses, fails or tells no start."""
+        None if Slurm refuses, fails or tells no start.
+
+        Slurm's foresight places a new job after every pending job of higher priority, as if
+        each started now, even one that cannot start and that backfill would let it pass; so
+        the job ``instead_of`` is held (``scontrol hold``) while Slurm is asked, and released
+        at once after (retried until Slurm takes it)."""
         args, script = self._job(replace(request, dependency=None))
+        held = instead_of is not None and await self._hold(instead_of)
         try:
             told = await self._run(
                 self.commands.sbatch, "--test-only", *args, stdin=script, stderr=True
@@ -200,8 +208,30 @@ class SlurmBackend:
         except SlurmError as e:
             log.info("no expected start of %s: %s", request.name, e)
             return None
+        finally:
+            if held:
+                assert instead_of is not None
+                await self._unhold(instead_of)
         start = parse_test_only(told)
         return None if start is None else max(0.0, start - clock.wall())
+
+    async def _hold(self, job_id: str) -> bool:
+        """Hold pending job ``job_id``; whether it is held (not if it started or ended)."""
+        try:
+            await self._run(self.commands.scontrol, "hold", job_id)
+        except SlurmError as e:
+            log.info("job %s not held: %s", job_id, e)
+            return False
+        return True
+
+    async def _unhold(self, job_id: str) -> None:
+        try:
+            await self._retrying(
+                f"release the hold on job {job_id}",
+                lambda: self._run(self.commands.scontrol, "release", job_id),
+            )
+        except _CommandFailed as e:  # it ended meanwhile (cancelled): nothing is held
+            log.warning("job %s: its hold not released: %s", job_id, e)
 
     async def cancel(self, job_id: str) -> None:
         await self._retrying(f"cancel job {job_id}", lambda: self._scancel(job_id))
