@@ -467,3 +467,17 @@ async def test_expected_wait_in_place_of_a_pending_pilot_holds_it_only_for_the_q
     state, reason, priority = sh("squeue", "-h", "-j", wide, "-o", "%T %r %Q").split()
     assert state == "PENDING" and "Held" not in reason and int(priority) > 0, jobs.story(wide)
     assert sorted(jobs.queued()) == sorted([load, wide])
+
+
+async def test_a_pilot_left_held_by_a_manager_that_died_is_released_when_taken_over(jobs):
+    """A manager that died while it held its pending pilot for a question to Slurm left it
+    held; the run resumed takes it over and releases it, so that it can start."""
+    jobs.background("load", cpus=NODE_CPUS, seconds=600)
+    request = jobs.request("held", cores=2)
+    pilot = await jobs.backend.submit(request)
+    await jobs.until(pilot, lambda i: i.reason in ("Resources", "Priority"))
+    sh("scontrol", "hold", pilot)
+    assert "Held" in sh("squeue", "-h", "-j", pilot, "-o", "%r")
+    assert await jobs.backend.reattach(request, pilot, clock.epoch_now()) == pilot
+    state, reason = sh("squeue", "-h", "-j", pilot, "-o", "%T %r").split()
+    assert state == "PENDING" and "Held" not in reason, jobs.story(pilot)

@@ -299,6 +299,13 @@ class SlurmBackend:
             else:
                 await clock.sleep(self.poll_interval_s)
         self._submitted[job_id] = submitted
+        with contextlib.suppress(LookupError):
+            record = await self._current(job_id)
+            if record.state is JobState.PENDING and "Held" in record.reason:
+                # Held while a manager asked Slurm about its replacement (expected_wait) and
+                # died before releasing it: nothing else holds a pilot.
+                log.warning("pilot job %s was held (%s): released", job_id, record.reason)
+                await self._unhold(job_id)
         self._track(job_id)
         return job_id
 
