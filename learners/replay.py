@@ -3,7 +3,8 @@
 Tasks arrive at their recorded submit times (all at 0 where a trace has none)
 and start first in, first out: the next task starts as soon as a worker has
 room for its allocation (first fit), and is sized (again) then, so early tasks
-are sized with little history, as in a real run. Workers may join over time, as
+are sized with little history, as in a real run; a task the sizer is not
+``ready`` to size yet waits while the tasks behind it start. Workers may join over time, as
 they did in the recorded runs. A task's record reaches the sizer only when it
 finishes.
 
@@ -177,6 +178,10 @@ def replay(
     stepper = sizer if use_series and time_varying and isinstance(sizer, StepSizer) else None
     running: Running | None = getattr(sizer, "running", None)
     """Where the sizer learns which attempts run (see :class:`Running`)."""
+    held: dict[str, list[tuple[float, int]]] = {}
+    """Per category, the tasks the sizer was not ready to start: asked again when an attempt
+    of the category ends or a category's first record comes (what a sizer waits for)."""
+    recorded: set[str] = set()
 
     def size(st: _Task) -> None:
         features = st.features
@@ -209,6 +214,10 @@ def replay(
             heapq.heappush(pending, (tasks[index].submit, index))
         while pending:
             st = states[pending[0][1]]
+            category = st.trace.category
+            if st.previous is None and (category in held or not sizer.ready(st.features)):
+                held.setdefault(category, []).append(heapq.heappop(pending))
+                continue
             if st.allocation is None or st.version != learned:
                 try:
                     size(st)
@@ -248,8 +257,13 @@ def replay(
             continue
         now, index, slot, attempt = heapq.heappop(in_flight)
         st = states[index]
+        category = st.trace.category
         if running is not None:
-            running.end(st.trace.category, st.started)
+            running.end(category, st.started)
+        released = [category] if category in recorded or attempt.exhausted else list(held)
+        for waiting in released:
+            for item in held.pop(waiting, ()):
+                heapq.heappush(pending, item)
         alloc = st.allocation
         assert alloc is not None
         for r in PACKED:
@@ -269,6 +283,7 @@ def replay(
             for r in packed:
                 result.usage[r].success(attempt.consumed[r], attempt.allocated[r])
             sizer.observe(_record(st, attempt, use_series))
+            recorded.add(category)
             learned += 1
         result.makespan = now
     start = min((t.submit for t in tasks), default=0.0)

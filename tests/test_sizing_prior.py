@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
-from learners.sizing.composite import PRIOR_FLOOR
+from learners.sizing.composite import PRIOR_FLOOR, PROBES, RAMPED
 
 WORKER = Resources(16, 64000, 64000)
 SHARE = {"cores": 0.5, "memory": 2000.0, "disk": 4000.0}
@@ -53,3 +53,24 @@ def test_other_categories_inform_a_new_one():
 def test_published_sizers_keep_their_authors_start():
     sizer = make_sizer("max-seen", worker=WORKER)
     assert sizer.allocate(TaskFeatures("a", share=SHARE)) == WORKER
+
+
+def test_a_category_nothing_tells_the_size_of_runs_probes_then_more_per_record():
+    sizer = make_sizer("select", worker=WORKER)
+    task = TaskFeatures("a")
+    for _ in range(PROBES):
+        assert sizer.ready(task)
+        assert sizer.allocate(task) == WORKER  # nothing known: a whole worker
+        sizer.running.start("a", 0.0)
+    assert not sizer.ready(task)
+    assert sizer.ready(TaskFeatures("a", requested={"memory": 500}))
+    assert sizer.ready(TaskFeatures("a", share=SHARE))
+    sizer.observe(Record(task, Resources(1, 100, 100, 10)))
+    for _ in range(PROBES):
+        assert sizer.ready(task)
+        sizer.running.start("a", 10.0)
+    assert not sizer.ready(task)
+    for _ in range(RAMPED - 1):
+        sizer.observe(Record(task, Resources(1, 100, 100, 10)))
+    assert sizer.ready(task)  # enough records: its tasks start freely
+    assert make_sizer("max-seen", worker=WORKER, running=sizer.running).ready(task)

@@ -9,6 +9,7 @@ from learners.metrics import Usage
 from learners.replay import MemorySeries, TraceTask, replay
 from learners.resources import Resources
 from learners.sizing import make_sizer
+from learners.sizing.composite import PROBES
 
 SMALL = Resources(4, 1000, 1000)
 
@@ -145,6 +146,7 @@ class Unwatched:
     def __init__(self, sizer) -> None:
         self.name = sizer.name
         self.allocate = sizer.allocate
+        self.ready = sizer.ready
         self.observe = sizer.observe
         self.observe_exhaustion = sizer.observe_exhaustion
 
@@ -159,3 +161,27 @@ def test_the_replay_reports_running_attempts_so_a_wave_is_not_sized_by_its_quick
     blind = replay(tasks, Unwatched(make_sizer("budget", worker=worker)), workers=20, worker=worker)
     assert watched.retries == 0
     assert blind.retries >= 5
+
+
+def test_a_category_nothing_tells_the_size_of_starts_slowly_not_on_whole_workers():
+    """40 tasks of 100 MB submitted at once, nothing declared or requested: PROBES run on
+    whole workers, the others wait for records and start sized from them, side by side,
+    while a task of another category behind them starts at once."""
+    worker = Resources(16, 64000, 64000)
+    tasks = [TraceTask("a", Resources(1, 100, 100, 10 + i % 3)) for i in range(40)]
+    tasks.append(TraceTask("b", Resources(1, 100, 100, 5), requested={"memory": 200.0}))
+    starts: list[tuple[str, Resources]] = []
+    sizer = make_sizer("select", worker=worker)
+    allocate = sizer.allocate
+
+    def logged(task, previous=None, exhaustion=None):
+        alloc = allocate(task, previous, exhaustion)
+        starts.append((task.category, alloc))
+        return alloc
+
+    sizer.allocate = logged
+    out = replay(tasks, sizer, workers=20, worker=worker)
+    whole = [c for c, a in starts if a.memory == worker.memory]
+    assert whole == ["a"] * PROBES
+    assert starts[PROBES][0] == "b"  # not behind the held tasks of "a"
+    assert out.completed == 41 and out.retries == 0

@@ -106,6 +106,10 @@ class Running:
         starts = self._starts[category]
         del starts[bisect.bisect_left(starts, started)]
 
+    def count(self, category: str) -> int:
+        """How many attempts of ``category`` run now."""
+        return len(self._starts.get(category, ()))
+
     def outlasting(self, category: str, wall: float) -> int:
         """How many attempts of ``category`` have run ``wall`` seconds or longer by now."""
         return bisect.bisect_right(self._starts.get(category, ()), self.now - wall)
@@ -132,6 +136,12 @@ class Sizer(Protocol):
         returned as given. Raises :class:`Unfittable` when the task cannot get
         enough of a resource (it exhausted a whole worker or a declared size).
         """
+        ...
+
+    def ready(self, task: TaskFeatures) -> bool:
+        """Whether the task's first attempt may start now. False: nothing tells its size
+        yet and enough attempts of its category run to find out; the executor starts other
+        tasks meanwhile and asks again when an attempt of the category ends."""
         ...
 
     def observe(self, record: Record) -> None:

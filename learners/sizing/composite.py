@@ -16,17 +16,21 @@ should decide alone:
   whole worker: the task's request, else the larger of the workflow's other
   categories' largest peak and the task's share of its stage's allocation, never
   below :data:`PRIOR_FLOOR`; an attempt killed before the category's first record
-  doubles the start of the category's later tasks.
+  doubles the start of the category's later tasks; where nothing tells a size (no
+  request, no stage share, no other category), the category starts slowly, its
+  running attempts growing with its records (:meth:`Composite.ready`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from learners.resources import PACKED, RESOURCES, Resource, Resources
 from learners.sizing.base import Bound, Exhaustion, Record, Running, TaskFeatures, Unfittable
+from learners.sizing.budget import BUDGET
 from learners.sizing.history import History
 from learners.sizing.ksegments import Steps
 
@@ -37,6 +41,12 @@ PRIOR_FLOOR: dict[Resource, float] = {"cores": 1.0, "memory": 1024.0, "disk": 10
 core (Slurm's and Nextflow's default per task) and a gigabyte of memory and of disk, so that
 a category learns from its own records before it gets less than another category's tiny
 peaks."""
+PROBES = 4
+"""Attempts of a category with nothing but its own records to size them by that run at once
+before its first record, and more that may run per record (:meth:`Composite.ready`)."""
+RAMPED = round(1 / BUDGET)
+"""Records of a category past which its tasks start freely: the next task exceeds the
+largest of ``n`` records with a chance of ``1 / (n + 1)``, within the retry budget."""
 
 
 class ResourceLearner(Protocol):
@@ -193,6 +203,8 @@ class Composite:
         self._learners: dict[str, CategoryLearner] = {}
         self._top: dict[Resource, dict[str, float]] = {r: {} for r in RESOURCES}
         """Largest peak per resource and category."""
+        self._records: Counter[str] = Counter()
+        """Successful attempts per category."""
         self._killed: dict[tuple[str, Resource], float] = {}
         """Largest value reached by a killed attempt, per category and resource."""
         self._capacities: dict[Resources, Resources] = {}
@@ -228,6 +240,23 @@ class Composite:
                         values[other] = max(previous[other], value)
         return self._finish(task, values)
 
+    def ready(self, task: TaskFeatures) -> bool:
+        """Whether the task's first attempt may start now. A category that nothing but its
+        own records tells the size of (no resource declared or requested, no stage share,
+        no other category; with the prior on) starts slowly: :data:`PROBES` attempts on
+        whole workers, then :data:`PROBES` more running at once per record, until
+        :data:`RAMPED` records. Started at once, its tasks would each take a whole worker,
+        or, once one record came, all be sized from it (on the bucketing paper's
+        exponential workflow, 151 of 152 such tasks were killed); this way ``PROBES``
+        tasks are sized from each number ``n`` of records, of which about
+        ``PROBES / (n + 1)`` exceed them."""
+        records = self._records[task.category]
+        if not self.prior or records >= RAMPED:
+            return True
+        if self.running.count(task.category) < PROBES * (1 + records):
+            return True
+        return bool(self._prior(task)) or any(r in task.declared for r in self.resources)
+
     def _grown(
         self,
         task: TaskFeatures,
@@ -250,21 +279,27 @@ class Composite:
 
     def _cold_start(self, task: TaskFeatures) -> dict[Resource, float]:
         """First values of the resources the task's category has no record of yet."""
+        return {
+            r: max(value, 2 * self._killed.get((task.category, r), 0.0))
+            for r, value in self._prior(task).items()
+            if task.category not in self._top[r]
+        }
+
+    def _prior(self, task: TaskFeatures) -> dict[Resource, float]:
+        """What tells the task's size apart from its category's own records: its request,
+        else the larger of the other categories' largest peak and its stage share."""
         out: dict[Resource, float] = {}
         for r in self.resources:
-            top = self._top[r]
-            if r in task.declared or task.category in top:
+            if r in task.declared:
                 continue
             if r in task.requested:
-                value = task.requested[r]
-            else:
-                known = [v for c, v in top.items() if c != task.category]
-                if r in task.share:
-                    known.append(task.share[r])
-                if not known:
-                    continue
-                value = max(*known, PRIOR_FLOOR.get(r, 0.0))
-            out[r] = max(value, 2 * self._killed.get((task.category, r), 0.0))
+                out[r] = task.requested[r]
+                continue
+            known = [v for c, v in self._top[r].items() if c != task.category]
+            if r in task.share:
+                known.append(task.share[r])
+            if known:
+                out[r] = max(*known, PRIOR_FLOOR.get(r, 0.0))
         return out
 
     def capacity(self, task: TaskFeatures) -> Resources:
@@ -306,6 +341,7 @@ class Composite:
     def observe(self, record: Record) -> None:
         category = record.task.category
         self.learner(category).observe(record)
+        self._records[category] += 1
         self.history.add(record)
         for r in self.resources:
             value = record.peak[r]

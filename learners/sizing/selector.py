@@ -159,6 +159,15 @@ class Selector:
             return self.candidates[0].allocate(task, previous, exhaustion)
         return self._choice(task.category).allocate(task, previous, exhaustion)
 
+    def ready(self, task: TaskFeatures) -> bool:
+        """As the first candidate says (it allocates a category's first tasks); what it has
+        not learnt yet can only make it ready, so it learns only to say no."""
+        first = self.candidates[0]
+        if first.ready(task):
+            return True
+        self._learn()
+        return first.ready(task)
+
     def observe(self, record: Record) -> None:
         self.history.add(record)
         self._unlearnt.append(record)
