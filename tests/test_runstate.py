@@ -10,6 +10,7 @@ from backends.base import JobInfo, JobState
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import TaskFeatures
+from learners.sizing.composite import PROBES
 from orchestrator import runstate
 from orchestrator.agent.attempt import AttemptResult, Outcome
 from orchestrator.events import AttemptEnded, JobChanged, Tick, WorkerJoined, WorkerLost
@@ -346,12 +347,14 @@ def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
     assert record[0]["start_t"] == 10.0 and all("start_t" not in a for a in record[1:])
     stage = state.stages["a"]
     assert len(stage.running) == 2 and len(stage.waiting) == 2 * AHEAD_DEPTH
+    assert state.sizer.running.count("a") == 2 + 2 * AHEAD_DEPTH  # the sizer counts both
 
     state.apply(Tick(112.0))
     state.apply(ended(first[1], 0.01))  # a core frees: the first sent ahead starts
     assert (record[1]["outcome"], record[1]["start_t"]) == ("running", 12.0)
     assert [a["outcome"] for a in record[2:]] == ["waiting"] * (2 * AHEAD_DEPTH - 1)
     assert len(stage.running) == 2 and len(stage.waiting) == 2 * AHEAD_DEPTH - 1
+    assert state.sizer.running.count("a") == 1 + 2 * AHEAD_DEPTH
 
 
 def test_pilots_let_go_for_one_reason_in_one_pass_are_noted_once():
@@ -398,3 +401,30 @@ def test_the_sizer_is_told_which_attempts_of_a_category_run_and_since_when():
     assert running.outlasting("a", 0.0) == 1
     state.apply(success(second))
     assert running.outlasting("a", 0.0) == 0
+
+
+UNSIZED = """
+name = "unsized"
+[[stage]]
+name = "a"
+allocation = { cores = 2, time = "1h" }
+tasks = { command = "true", count = 20 }
+"""
+
+
+def test_a_category_nothing_tells_the_size_of_starts_with_probes_and_more_per_record():
+    """No size declared and no stage share (this state's tasks carry none): the sizer's
+    first PROBES attempts take whole workers while the others wait for their records, asked
+    again at every placement, PROBES more under way per record (issue 16)."""
+    state, _ = new_state(UNSIZED)
+    state.start()
+    started_pilot(state, "a", "7")
+    for i in range(12):
+        state.apply(WorkerJoined(Node(f"n{i}", "7")))
+    first = state.place()
+    assert len(first) == PROBES
+    assert all(launch.spec.allocation.cores == NODE.cores for launch in first)
+    assert state.place() == []  # still no record: the rest wait, though workers are free
+    state.apply(success(first[0]))
+    assert len(state.place()) == PROBES + 1  # 2 x PROBES under way for one record
+    assert state.place() == []

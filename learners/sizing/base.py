@@ -98,6 +98,8 @@ class Running:
         """The executor's clock, in seconds."""
         self._starts: dict[str, list[float]] = {}
         """Per category, the start times of its running attempts, sorted."""
+        self._waiting: dict[str, int] = {}
+        """Per category, the attempts sent to a worker that have not started there yet."""
 
     def start(self, category: str, at: float) -> None:
         bisect.insort(self._starts.setdefault(category, []), at)
@@ -106,9 +108,14 @@ class Running:
         starts = self._starts[category]
         del starts[bisect.bisect_left(starts, started)]
 
+    def wait(self, category: str, more: int) -> None:
+        """``more`` (or, below 0, fewer) attempts of ``category`` wait on their worker to
+        start (an executor that sends work ahead of room)."""
+        self._waiting[category] = self._waiting.get(category, 0) + more
+
     def count(self, category: str) -> int:
-        """How many attempts of ``category`` run now."""
-        return len(self._starts.get(category, ()))
+        """How many attempts of ``category`` run now, or wait on their worker to start."""
+        return len(self._starts.get(category, ())) + self._waiting.get(category, 0)
 
     def outlasting(self, category: str, wall: float) -> int:
         """How many attempts of ``category`` have run ``wall`` seconds or longer by now."""
