@@ -183,7 +183,8 @@ class BatchBackend(Protocol):
 
     async def largest_node(self, partitions: set[str | None]) -> Resources | None:
         """The largest node of ``partitions`` (None: the default partition), the size a
-        stage's workers are planned with before any has arrived; None where it cannot tell."""
+        stage's workers are planned with before any has arrived (its disk 0 where the batch
+        system does not tell it); None where it cannot tell."""
         ...
 
     async def expected_wait(

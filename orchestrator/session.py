@@ -343,6 +343,9 @@ async def _execute(
 ) -> RunSummary:
     partitions = {s.allocation.partition for s in workflow.stages}
     node = await backend.largest_node(partitions) or NODE
+    disk_known = node.disk > 0
+    if not disk_known:  # planned as large as any stage may ask; each task starts small
+        node = replace(node, disk=NODE.disk)
     if workers is None:
         if not backend.simulated:
             raise ValueError(f"the {backend.name} backend needs a worker source")
@@ -356,7 +359,7 @@ async def _execute(
         s.name: node_share(s.allocation.cores, s.allocation.nodes, s.allocation.memory_mb, node)
         for s in workflow.stages
     }
-    share = {s.name: stage_share(s, own[s.name], s.tasks.size) for s in workflow.stages}
+    share = {s.name: stage_share(s, own[s.name], s.tasks.size, disk_known) for s in workflow.stages}
 
     def features(task: Task) -> TaskFeatures:
         truth = truths.get(task.id) if truths else None

@@ -72,12 +72,23 @@ def store_name(workflow: str) -> str:
     return f"sizing/{workflow}"
 
 
-def stage_share(stage: Stage, worker: Resources, tasks: int) -> dict[str, float]:
+UNKNOWN_DISK_SHARE_MB = 1024.0
+"""A task's share of disk where the batch system does not tell its nodes' disk: a stage's first
+tasks start side by side with this much each and grow on exhaustion, rather than each with a
+share of a disk size made up, which may let only one of them fit on the real disk at a time."""
+
+
+def stage_share(
+    stage: Stage, worker: Resources, tasks: int, disk_known: bool = True
+) -> dict[str, float]:
     """A task's share of its stage's allocation: the stage's nodes (``worker`` each) over
     its ``tasks``; a stage's first tasks sized so all run side by side."""
     nodes = _nodes(stage.allocation, worker)
     count = max(tasks, 1)
-    return {r: worker[r] * nodes / count for r in ("cores", "memory", "disk")}
+    share = {r: worker[r] * nodes / count for r in ("cores", "memory", "disk")}
+    if not disk_known:
+        share["disk"] = UNKNOWN_DISK_SHARE_MB
+    return share
 
 
 def _nodes(allocation: Allocation, worker: Resources) -> int:

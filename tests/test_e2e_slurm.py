@@ -508,6 +508,36 @@ def test_three_stages_pass_files_through_the_working_directory(tmp_path, cluster
     assert cluster.queued() == []
 
 
+def test_a_first_stage_runs_side_by_side_on_nodes_whose_disk_slurm_does_not_know(tmp_path, cluster):
+    """The local Slurm is not told its node's disk (TmpDisk 0), and the tasks declare none:
+    each first task gets 1 GB of disk, not a share of a made-up disk size, so the stage's 8
+    tasks start at once on its 8 cores instead of one at a time."""
+    workflow = loads(
+        textwrap.dedent(
+            """
+            name = "nodisk"
+            [[stage]]
+            name = "wide"
+            allocation = { cores = 8, time = "10m" }
+            tasks = { command = "sleep 2", count = 8, cores = 1, memory = "100M" }
+            """
+        ),
+        source=tmp_path / "wf.toml",
+    )
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            return await run(workflow, slurm_config(tmp_path, "per-stage"), store, cluster)
+
+    summary, rows = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    attempts = rows["attempts"]
+    assert len(attempts) == 8
+    assert {a["allocation"]["disk"] for a in attempts} == {1024.0}
+    starts = [a["start_t"] for a in attempts]
+    assert max(starts) - min(starts) < 1.5  # one wave, not eight
+
+
 def test_five_pilot_cancels_lose_no_task_and_complete_none_twice(tmp_path, cluster):
     """100 tasks each append their id to one file and write one output; five running pilots
     are scancelled while their tasks sleep. Every task completes once; each loss is recorded

@@ -8,7 +8,12 @@ from backends import clock
 from learners.resources import Resources
 from learners.sizing import Record, TaskFeatures, make_sizer
 from learners.sizing.history import KEPT, History
-from orchestrator.sizing_state import SizingState, stage_share, store_name
+from orchestrator.sizing_state import (
+    UNKNOWN_DISK_SHARE_MB,
+    SizingState,
+    stage_share,
+    store_name,
+)
 from orchestrator.store import Store
 from workflows.spec import loads
 
@@ -100,3 +105,6 @@ def test_a_task_share_is_the_stage_allocation_over_its_tasks():
     (stage,) = workflow.stages
     share = stage_share(stage, Resources(4, 8000, 80000), 16)
     assert share == {"cores": 0.5, "memory": 1000.0, "disk": 10000.0}
+    # a node whose disk the batch system does not tell: each task starts with 1 GB
+    unknown = stage_share(stage, Resources(4, 8000, 1_000_000), 16, disk_known=False)
+    assert unknown == {"cores": 0.5, "memory": 1000.0, "disk": UNKNOWN_DISK_SHARE_MB}

@@ -423,7 +423,8 @@ async def test_check_asks_slurm_and_queues_nothing(jobs):
 
 async def test_node_size_is_the_largest_node_of_the_partitions(jobs):
     size = await jobs.backend.largest_node({None, "short"})
-    assert (size.cores, size.memory) == (NODE_CPUS, 32000)  # scripts/slurm-local's node
+    # scripts/slurm-local's node, whose local disk (TmpDisk) Slurm is not told
+    assert (size.cores, size.memory, size.disk) == (NODE_CPUS, 32000, 0)
     assert await jobs.backend.largest_node({"no-such-partition"}) is None
 
 

@@ -29,7 +29,6 @@ from typing import TypeVar
 
 from backends import clock
 from backends.base import (
-    NODE,
     BackendError,
     JobInfo,
     JobState,
@@ -328,16 +327,15 @@ class SlurmBackend:
         return [r.job_id for r in self._matching(records, name, comment)]
 
     async def largest_node(self, partitions: set[str | None]) -> Resources | None:
-        """The largest node of ``partitions`` (None: the default partition), by sinfo (a node
-        whose local disk sinfo does not know is given :data:`~backends.base.NODE`'s)."""
+        """The largest node of ``partitions`` (None: the default partition), by sinfo; its
+        disk 0 where sinfo does not know it (no ``TmpDisk`` configured, as at many sites)."""
 
         async def ask() -> Resources | None:
             out = await self._run(self.commands.sinfo, "-h", "-o", "%P %c %m %d")
             size = parse_sinfo_nodes(out, partitions)
             if size is None:
                 return None
-            disk = float(size.tmp_disk_mb or NODE.disk)
-            return Resources(size.cpus, float(size.memory_mb), disk)
+            return Resources(size.cpus, float(size.memory_mb), float(size.tmp_disk_mb))
 
         return await self._retrying("list partitions", ask)
 
