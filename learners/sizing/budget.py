@@ -182,6 +182,10 @@ class BudgetCategory:
         """How many of the category's attempts have run a wall time or longer by now."""
         self.longest = 0.0
         """The longest wall time of a record."""
+        self.timed = 0
+        """Records that ran some time: the use of cores of one that ran none is no measure
+        (CPU time over no wall time; bioblast's first 20 records ran 0 s at 2 cores, where
+        its tasks that ran used 1), so it counts only until a record that ran comes."""
         self.concurrent = concurrent
         """How many of the category's attempts run now."""
 
@@ -306,8 +310,15 @@ class BudgetCategory:
         self.records += 1
         if math.isfinite(record.peak.wall):
             self.longest = max(self.longest, record.peak.wall)
+        timed = record.peak.wall > 0
+        if timed and not self.timed:
+            for r in SLOWING.intersection(self.resources):
+                self.peaks[r], self.successes[r] = Points(), Points()
+        self.timed += timed
         for r in self.resources:
             value = record.peak[r]
+            if r in SLOWING and self.timed and not timed:
+                continue
             if value >= 0 and math.isfinite(value):
                 self.peaks[r].add(value)
                 self.successes[r].add(value)
