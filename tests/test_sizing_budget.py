@@ -203,3 +203,29 @@ def test_attempts_outlasting_every_record_count_as_records_above_them():
     assert category.first(TaskFeatures("a"))["memory"] == pytest.approx(1099 * (1 + 1 / 100))
     running.end("a", 0.0)
     assert running.outlasting("a", 60.0) == 5
+
+
+def test_the_moving_kill_share_spans_the_attempts_running_at_once():
+    """Two kills close together among 300 running attempts are within budget; among the
+    20 of :data:`RECENT`, they are not."""
+    few, many = BudgetCategory(("memory",)), BudgetCategory(("memory",), concurrent=lambda: 300)
+    values = [float(v) for v in range(1000, 3000, 10)]
+    for category in (few, many):
+        for value in values:
+            category.observe(record(value))
+        for _ in range(2):
+            category.exhausted(TaskFeatures("a"), "memory", 2900.0, 3000.0)
+    assert many.killed < many.budget < few.killed
+    assert many.first(TaskFeatures("a"))["memory"] < few.first(TaskFeatures("a"))["memory"]
+
+
+def test_records_that_ran_no_time_size_cores_only_until_one_that_ran_comes():
+    """A task that ran 0 s measured no use of its cores (CPU time over no wall time)."""
+    category = BudgetCategory(("cores", "memory"))
+    untimed = Record(TaskFeatures("a"), Resources(2.0, 300.0, 100.0, 0.0))
+    category.observe(untimed)
+    assert category.first(TaskFeatures("a"))["cores"] == 2.0  # nothing better known
+    category.observe(record(300.0, cores=1.0))
+    category.observe(untimed)
+    assert category.first(TaskFeatures("a"))["cores"] == 1.0
+    assert category.peaks["memory"].n == 3  # its memory is a measure all the same

@@ -63,7 +63,10 @@ BUDGET = 0.05
 """Share of tasks whose first attempt may be killed: half the 10% a default may retry,
 the rest left to the cold start and to second retries."""
 RECENT = 20
-"""Attempts the moving kill share of a category spans, about."""
+"""Attempts the moving kill share of a category spans, about, or as many as run at once where
+more do: a kill tells only after the attempts started beside it, so kills come in bursts of
+the category's concurrency (about 300 of bioblast's Analysis tasks run at once, and two
+memory kills within seconds took a span of 20 above the budget)."""
 SLOWING: frozenset[str] = frozenset({"cores"})
 """Resources a task is not killed for: fewer of them make it slower."""
 SLOWED = 0.1
@@ -156,6 +159,7 @@ class BudgetCategory:
         budget: float = BUDGET,
         worker: Resources | None = None,
         outlasting: Callable[[float], int] | None = None,
+        concurrent: Callable[[], int] | None = None,
     ) -> None:
         if not 0 < budget < 1:
             raise ValueError(f"the retry budget is a share of tasks in (0, 1), not {budget}")
@@ -178,6 +182,12 @@ class BudgetCategory:
         """How many of the category's attempts have run a wall time or longer by now."""
         self.longest = 0.0
         """The longest wall time of a record."""
+        self.timed = 0
+        """Records that ran some time: the use of cores of one that ran none is no measure
+        (CPU time over no wall time; bioblast's first 20 records ran 0 s at 2 cores, where
+        its tasks that ran used 1), so it counts only until a record that ran comes."""
+        self.concurrent = concurrent
+        """How many of the category's attempts run now."""
 
     def few(self, n: int) -> bool:
         """Whether ``n`` records are too few for the quantile: its largest is grown instead."""
@@ -291,13 +301,24 @@ class BudgetCategory:
         top = float(points.values[-1])
         return 2 * top - _at(points, 0.5)
 
+    def _span(self) -> int:
+        """Attempts the moving kill share spans now: :data:`RECENT`, or those running at once."""
+        return max(RECENT, self.concurrent() if self.concurrent else 0)
+
     def observe(self, record: Record) -> None:
-        self.killed -= self.killed / RECENT
+        self.killed -= self.killed / self._span()
         self.records += 1
         if math.isfinite(record.peak.wall):
             self.longest = max(self.longest, record.peak.wall)
+        timed = record.peak.wall > 0
+        if timed and not self.timed:
+            for r in SLOWING.intersection(self.resources):
+                self.peaks[r], self.successes[r] = Points(), Points()
+        self.timed += timed
         for r in self.resources:
             value = record.peak[r]
+            if r in SLOWING and self.timed and not timed:
+                continue
             if value >= 0 and math.isfinite(value):
                 self.peaks[r].add(value)
                 self.successes[r].add(value)
@@ -310,7 +331,7 @@ class BudgetCategory:
     def exhausted(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
     ) -> None:
-        self.killed += (1.0 - self.killed) / RECENT
+        self.killed += (1.0 - self.killed) / self._span()
         self.kills += 1
         if self.shift is None and self.outside(resource, measured):
             known = [r for r in self.killers if self.successes[r].n]

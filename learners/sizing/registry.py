@@ -188,7 +188,11 @@ def _factory(
 ) -> Factory:
     if name == "budget":
         return lambda category: BudgetCategory(
-            resources, worker=worker, outlasting=partial(running.outlasting, category), **options
+            resources,
+            worker=worker,
+            outlasting=partial(running.outlasting, category),
+            concurrent=partial(running.count, category),
+            **options,
         )
     if _family(name) == "tovar":
         base = name.removesuffix("-doubling")
