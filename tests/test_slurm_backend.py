@@ -25,7 +25,7 @@ from backends.base import (
     SubmitError,
     WorkerLaunch,
 )
-from backends.slurm.backend import Backoff, SlurmBackend, SlurmCommands
+from backends.slurm.backend import Backoff, SlurmBackend, SlurmCommands, SlurmError
 from backends.slurm.jobs import parse_scontrol, parse_squeue_json
 
 pytestmark = pytest.mark.slurm
@@ -482,3 +482,27 @@ async def test_a_pilot_left_held_by_a_manager_that_died_is_released_when_taken_o
     assert await jobs.backend.reattach(request, pilot, clock.epoch_now()) == pilot
     state, reason = sh("squeue", "-h", "-j", pilot, "-o", "%T %r").split()
     assert state == "PENDING" and "Held" not in reason, jobs.story(pilot)
+
+
+async def test_a_signal_to_a_job_that_just_ended_is_no_error(tmp_path: Path):
+    """scancel may answer a signal for a job that has just ended with Slurm's "already done"
+    as its exit status (229) and not a word: the release is done, not an error (seen in a
+    user's run, which ended "error: Slurm: scancel --signal=TERM 3343 exited with status
+    229" though every task had finished)."""
+    quiet = tmp_path / "scancel"
+    quiet.write_text("#!/bin/sh\nexit 229\n")
+    quiet.chmod(0o755)
+    refusing = tmp_path / "scancel-refusing"
+    refusing.write_text("#!/bin/sh\nexit 1\n")
+    refusing.chmod(0o755)
+    for scancel, raises in ((quiet, False), (refusing, True)):
+        backend = SlurmBackend(
+            WORKER, tmp_path / "run", commands=SlurmCommands(scancel=str(scancel))
+        )
+        try:
+            await backend._signal("3343")
+        except SlurmError:
+            assert raises
+        else:
+            assert not raises
+        await backend.close()

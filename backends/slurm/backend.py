@@ -81,6 +81,17 @@ class _Transient(SlurmError):
 class _CommandFailed(SlurmError):
     """A command refused what it was asked (a rejection, an unknown job id, ...)."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        """The command's exit status."""
+
+
+ALREADY_DONE_STATUS = 2021 % 256
+"""scancel's exit status for Slurm's ESLURM_ALREADY_DONE (2021, "Job/step already completing
+or completed"), which it may give without a word, as to a signal for a job that has just
+ended (seen on Slurm 22.05: ``scancel --signal=TERM`` exited 229, stderr empty)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SlurmCommands:
@@ -489,7 +500,8 @@ class SlurmBackend:
             message = str(e).lower()
             if "invalid job id" in message:
                 raise LookupError(f"Slurm knows no job {job_id}") from None
-            if "already completing or completed" not in message:
+            done = "already completing or completed" in message
+            if not done and e.status != ALREADY_DONE_STATUS:
                 raise
 
     async def _signal(self, job_id: str) -> None:
@@ -532,7 +544,9 @@ class SlurmBackend:
             return out.decode() + (message if stderr else "")
         if proc.returncode < 0 or _TRANSIENT.search(message):
             raise _Transient(message or f"{what} was killed by signal {-proc.returncode}")
-        raise _CommandFailed(message or f"{what} exited with status {proc.returncode}")
+        raise _CommandFailed(
+            message or f"{what} exited with status {proc.returncode}", proc.returncode
+        )
 
     async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         delay = self.backoff.first_s
