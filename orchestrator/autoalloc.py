@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -327,6 +327,10 @@ class _Weighing:
     def geometry(self, slots: int) -> Geometry:
         return self.shape.geometry(slots, self.timed[slots][1], self.demand)
 
+    def starting_now(self, widths: Iterable[int], expected: Expected) -> set[int]:
+        """The ``widths`` the scheduler starts within :data:`NOW_S` (``expected``)."""
+        return {s for s in widths if (e := expected(self.geometry(s))) is not None and e <= NOW_S}
+
     def prices(self, waits: dict[int, float], cost: float) -> tuple[dict[int, float], int]:
         """Each fitting width's wait + run time + priced core-hours, and the cheapest width."""
         price = {
@@ -398,10 +402,10 @@ class Instead:
         """The cheapest width the scheduler starts now (``expected``, asked about the widths
         :meth:`to_ask` listed); None to keep the pending pilot."""
         w = self.weighing
-        now = [s for s in self.price if (e := expected(w.geometry(s))) is not None and e <= NOW_S]
+        now = w.starting_now(self.price, expected)
         if not now:
             return None
-        best = min(now, key=self.price.__getitem__)
+        best = min(sorted(now), key=self.price.__getitem__)  # ties: the narrower
         mean, limit = w.timed[best]
         why = (
             f"{w.demand.source}; its pilot of {count(self.held, 'core')} still waited "
@@ -428,7 +432,7 @@ def choose(
         return fallback(demand, node, bounds)
     w = _Weighing.of(demand, node, bounds, wait_of)
     waits, timed, cores, fitting = dict(w.waits), w.timed, w.cores, w.fitting
-    now = {s for s in fitting if (e := expected(w.geometry(s))) is not None and e <= NOW_S}
+    now = w.starting_now(fitting, expected)
     waits.update(dict.fromkeys(now, 0.0))
     if fitting:
         took = {s: waits.get(s, 0.0) + timed[s][0] for s in fitting}

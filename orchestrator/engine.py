@@ -43,7 +43,7 @@ from orchestrator.runstate import (
 from orchestrator.sizing_state import SizingState
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
-from workflows.spec import Task, Workflow
+from workflows.spec import Allocation, Task, Workflow
 
 LAST_ANSWERS_S = 5.0
 """How long a run's end waits to hear how the attempts on its ended pilots ended."""
@@ -414,13 +414,14 @@ class Engine:
         assert fit is not None
         state = self.state
         views = state.stage_views()
-        for allocation in fit.to_ask(state.now, views.values()):
+        asking: list[tuple[str | None, Allocation]] = [
+            (None, allocation) for allocation in fit.to_ask(state.now, views.values())
+        ]
+        asking += fit.to_ask_instead(state.now, views, state.pilot_views())
+        for pilot_id, allocation in asking:  # in place of pilot_id's pending job, if any
             request = state.request("foreseen", allocation, ())
-            fit.foreseen(allocation, await self.backend.expected_wait(request))
-        for pilot_id, allocation in fit.to_ask_instead(state.now, views, state.pilot_views()):
-            request = state.request("foreseen", allocation, ())
-            job_id = state.pilots[pilot_id].job_id
-            fit.foreseen(allocation, await self.backend.expected_wait(request, job_id))
+            instead_of = None if pilot_id is None else state.pilots[pilot_id].job_id
+            fit.foreseen(allocation, await self.backend.expected_wait(request, instead_of))
 
     async def _submit(self, action: Submit) -> None:
         pilot = self.state.submitting(action)

@@ -261,7 +261,7 @@ class AutoFit:
         self, now: float, views: Mapping[str, StageView], pilots: Sequence[PilotView]
     ) -> tuple[list[Cancel], float | None]:
         """The pending pilots of ready automatic stages to cancel for a width the scheduler
-        starts now (:func:`~orchestrator.autoalloc.instead`; the choice is kept for the
+        starts now (:meth:`~orchestrator.autoalloc.Instead.choose`; the choice is kept for the
         stage's next submission), and when a pilot is next weighed again.
 
         A pilot chosen ahead of its stage, on a forecast and the waits learned before, may

@@ -341,7 +341,7 @@ class RunState:
         if outcome in ON_WORKER and allocation is not None and row["worker"]:
             task.state, task.running = TaskState.RUNNING, attempt
             if outcome == OnWorker.WAITING:
-                self._waiting(task, (task.task.id, attempt))
+                self._waiting(stage, task, (task.task.id, attempt))
             else:
                 self._running(task, (task.task.id, attempt), row["start_t"] or 0.0)
             spec = self._spec(task, attempt, allocation)
@@ -733,29 +733,28 @@ class RunState:
         spec = self._spec(task, task.attempts, task.allocation)
         key = spec.key
         self.recorder.attempt_sent(spec, slot.worker.id, slot.pilot_id)
-        self._waiting(task, key)
+        self._waiting(stage, task, key)
         if self.pool.sent(slot, key, spec.allocation):
             self._began([key])
         return spec
 
-    def _waiting(self, task: TaskRun, key: Key) -> None:
+    def _waiting(self, stage: StageRun, task: TaskRun, key: Key) -> None:
         """Attempt ``key`` of ``task`` is on its worker, not started yet: the sizer counts it
         among its category's attempts under way."""
-        self.stages[task.task.stage].waiting.add(key)
+        stage.waiting.add(key)
         self.sizer.running.wait(task.task.category, 1)
 
-    def _not_waiting(self, task: TaskRun, key: Key) -> None:
+    def _not_waiting(self, stage: StageRun, task: TaskRun, key: Key) -> None:
         """Attempt ``key`` of ``task`` started, or ended, if it was waiting on its worker."""
-        waiting = self.stages[task.task.stage].waiting
-        if key in waiting:
-            waiting.remove(key)
+        if key in stage.waiting:
+            stage.waiting.remove(key)
             self.sizer.running.wait(task.task.category, -1)
 
     def _began(self, keys: list[Key]) -> None:
         """Attempts ``keys`` start on their worker now (as they came, or after waiting)."""
         for key in keys:
             task = self.task(key[0])
-            self._not_waiting(task, key)
+            self._not_waiting(self.stages[task.task.stage], task, key)
             self._running(task, key, self.now)
             self.recorder.attempt_started(key, self.now)
 
@@ -785,7 +784,7 @@ class RunState:
         ran = since is not None
         if since is not None:
             self.sizer.running.end(task_run.task.category, since)
-        self._not_waiting(task_run, key)
+        self._not_waiting(stage, task_run, key)
         self._began(started)
         if task_run.running != spec.attempt:
             if spec.attempt in task_run.lost and result.outcome is not Outcome.LOST:

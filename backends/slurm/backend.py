@@ -210,7 +210,7 @@ class SlurmBackend:
         the job ``instead_of`` is held (``scontrol hold``) while Slurm is asked, and released
         at once after (retried until Slurm takes it)."""
         args, script = self._job(replace(request, dependency=None))
-        held = instead_of is not None and await self._hold(instead_of)
+        held = instead_of if instead_of is not None and await self._hold(instead_of) else None
         try:
             told = await self._run(
                 self.commands.sbatch, "--test-only", *args, stdin=script, stderr=True
@@ -219,9 +219,8 @@ class SlurmBackend:
             log.info("no expected start of %s: %s", request.name, e)
             return None
         finally:
-            if held:
-                assert instead_of is not None
-                await self._unhold(instead_of)
+            if held is not None:
+                await self._unhold(held)
         start = parse_test_only(told)
         return None if start is None else max(0.0, start - clock.wall())
 
