@@ -67,24 +67,12 @@ async def twice(workflow: Workflow, config: RunConfig, offset: float) -> list[Ru
     return found
 
 
-def queued(run: RunSummary) -> float:
-    """The run's TWT with the pilots cancelled while they waited: the time every pilot spent
-    in the queue once eligible, to its start or its end (an automatic pilot replaced by a
-    width that starts now waited too)."""
-    return sum(
-        end - p.eligible_t
-        for p in run.pilots
-        if p.eligible_t is not None
-        and (end := p.start_t if p.start_t is not None else p.end_t) is not None
-    )
-
-
 def figures(runs: list[RunSummary]) -> dict[str, float]:
     done = [r for r in runs if r.status == "done"]
     pilots = [p for r in runs for p in r.pilots if p.start_t is not None]
     return {
         "makespan_s": float(np.mean([r.makespan_s for r in done])) if done else float("nan"),
-        "twt_s": float(np.mean([queued(r) for r in done])) if done else float("nan"),
+        "twt_s": float(np.mean([r.twt_s for r in done])) if done else float("nan"),
         "core_hours": float(np.mean([r.core_hours for r in done])) if done else float("nan"),
         "failed": len(runs) - len(done),
         "pilots": len(pilots),

@@ -238,7 +238,12 @@ def _wait_note(p: PilotFigures) -> str:
     predicted = (
         "no prediction" if p.predicted_wait is None else f"predicted {duration(p.predicted_wait)}"
     )
-    real = "never started" if p.wait is None else f"real {duration(p.wait)}"
+    if p.wait is None:
+        real = "never started"
+    elif p.start_t is None:
+        real = f"cancelled after {duration(p.wait)} in the queue"
+    else:
+        real = f"real {duration(p.wait)}"
     verdict = {True: "hit", False: "over-predicted", None: ""}[p.hit]
     return f"{predicted}, {real}" + (f": {verdict}" if verdict else "")
 

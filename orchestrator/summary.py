@@ -3,7 +3,8 @@
 Definitions (times in seconds from the run's start):
 - makespan: from the run's start to the end of its last stage;
 - TWT, total waiting time: the queue waits of its pilots as Slurm counts them
-  (start minus eligible time), summed;
+  (start minus eligible time; for a pilot cancelled while it waited, its end, which is when
+  Slurm starts a cancelled pending job), summed;
 - PWT, perceived waiting time: what the workflow itself waited, summed over
   stages: from a stage being ready to its first task starting;
 - core-hours: cores held by every pilot from start to end;
@@ -33,9 +34,12 @@ class PilotFigures:
 
     @property
     def wait(self) -> float | None:
-        if self.start_t is None or self.eligible_t is None:
+        """Its time in the queue once eligible: to its start, or to its end if it was
+        cancelled while it waited (a pilot replaced by one that starts now waited too)."""
+        left = self.start_t if self.start_t is not None else self.end_t
+        if left is None or self.eligible_t is None:
             return None
-        return self.start_t - self.eligible_t
+        return left - self.eligible_t
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,7 +225,8 @@ def test_awe_and_cores_by_hand():
     by_stage = record.failures_by_stage()
     assert by_stage == {"a": {"memory": 1}}
     (a0, a1) = record.pilot_figures()
-    assert (a0.cores, a0.hit, a1.wait, a1.state) == (4, False, None, "CANCELLED")
+    # a-1 waited from eligible until it was cancelled: its 300 s in the queue are its wait
+    assert (a0.cores, a0.hit, a1.wait, a1.state) == (4, False, 300.0, "CANCELLED")
     page = run_page(record)
     assert "a-1 · 2 cores · job 2 · cancelled" in page
 
@@ -342,3 +343,22 @@ def test_a_run_that_recorded_only_its_start_still_has_a_report():
 )
 def test_a_task_that_can_never_fit_is_told_in_a_users_units(error, said):
     assert human.unfittable(error) == said
+
+
+def test_twt_counts_a_pilot_cancelled_while_it_waited():
+    """TWT is every pilot's time in the queue once eligible: to its start, or to its end for
+    one cancelled while it waited (as Slurm starts a cancelled pending job at its end); a
+    pilot cancelled before it was ever eligible waited for nothing."""
+    from orchestrator.plots import _wait_note
+    from orchestrator.summary import PilotFigures, summarize
+
+    started = PilotFigures("a-0", ("a",), 4, 0.0, 0.0, 100.0, 400.0, predicted_wait=90.0)
+    replaced = PilotFigures("a-1", ("a",), 8, 0.0, 10.0, None, 70.0, state="CANCELLED")
+    held = PilotFigures("b-0", ("b",), 2, 0.0, None, None, 70.0, state="CANCELLED")
+    summary = summarize("r", "w", "per-stage", "done", 400.0, [], [started, replaced, held])
+    assert (started.wait, replaced.wait, held.wait) == (100.0, 60.0, None)
+    assert summary.twt_s == 160.0
+    assert summary.core_hours == pytest.approx(4 * 300 / 3600)  # only what started holds cores
+    assert _wait_note(replaced) == "no prediction, cancelled after 1 min in the queue"
+    assert _wait_note(held) == "no prediction, never started"
+    assert _wait_note(started) == "predicted 1 min 30 s, real 1 min 40 s"
