@@ -35,11 +35,16 @@ class PilotFigures:
     @property
     def wait(self) -> float | None:
         """Its time in the queue once eligible: to its start, or to its end if it was
-        cancelled while it waited (a pilot replaced by one that starts now waited too)."""
-        left = self.start_t if self.start_t is not None else self.end_t
-        if left is None or self.eligible_t is None:
+        cancelled while it waited (a pilot replaced by one that starts now waited too); None
+        if it never waited eligible (Slurm gives a job cancelled before its begin time the
+        eligible time it would have had)."""
+        if self.eligible_t is None:
             return None
-        return left - self.eligible_t
+        if self.start_t is not None:
+            return self.start_t - self.eligible_t
+        if self.end_t is None or self.end_t <= self.eligible_t:
+            return None
+        return self.end_t - self.eligible_t
 
 
 @dataclass(frozen=True, slots=True)

@@ -348,17 +348,20 @@ def test_a_task_that_can_never_fit_is_told_in_a_users_units(error, said):
 def test_twt_counts_a_pilot_cancelled_while_it_waited():
     """TWT is every pilot's time in the queue once eligible: to its start, or to its end for
     one cancelled while it waited (as Slurm starts a cancelled pending job at its end); a
-    pilot cancelled before it was ever eligible waited for nothing."""
+    pilot cancelled before it was eligible (its dependency unmet, or before its begin time,
+    for which Slurm still gives an eligible time) waited for nothing."""
     from orchestrator.plots import _wait_note
     from orchestrator.summary import PilotFigures, summarize
 
     started = PilotFigures("a-0", ("a",), 4, 0.0, 0.0, 100.0, 400.0, predicted_wait=90.0)
     replaced = PilotFigures("a-1", ("a",), 8, 0.0, 10.0, None, 70.0, state="CANCELLED")
     held = PilotFigures("b-0", ("b",), 2, 0.0, None, None, 70.0, state="CANCELLED")
-    summary = summarize("r", "w", "per-stage", "done", 400.0, [], [started, replaced, held])
-    assert (started.wait, replaced.wait, held.wait) == (100.0, 60.0, None)
+    early = PilotFigures("c-0", ("c",), 2, 0.0, 120.0, None, 70.0, state="CANCELLED")
+    pilots = [started, replaced, held, early]
+    summary = summarize("r", "w", "per-stage", "done", 400.0, [], pilots)
+    assert [p.wait for p in pilots] == [100.0, 60.0, None, None]
     assert summary.twt_s == 160.0
     assert summary.core_hours == pytest.approx(4 * 300 / 3600)  # only what started holds cores
     assert _wait_note(replaced) == "no prediction, cancelled after 1 min in the queue"
-    assert _wait_note(held) == "no prediction, never started"
+    assert _wait_note(held) == _wait_note(early) == "no prediction, never started"
     assert _wait_note(started) == "predicted 1 min 30 s, real 1 min 40 s"
