@@ -53,8 +53,8 @@ from orchestrator.session import (
     SetupError,
     collect_less,
     execute,
-    last_unfinished,
     new_run_id,
+    resumable,
 )
 from orchestrator.session import cancel as cancel_run
 from orchestrator.session import resume as resume_run
@@ -320,9 +320,10 @@ def run(
         **_sizer(sizer),
         unit=_unit(unit),
     )
-    if resume and (previous := _unfinished(workflow, db)) is not None:
-        err.print(f"resuming run {previous} of {file}", highlight=False, markup=False)
-        summary = _resume(previous, db, dashboard=not (quiet or json_))
+    if resume and (previous := _resumable(db, workflow)):
+        run_id = str(previous[0]["run_id"])
+        err.print(f"resuming run {run_id} of {file}", highlight=False, markup=False)
+        summary = _resume(run_id, db, dashboard=not (quiet or json_))
     else:
         summary = _run(workflow, config, db, dashboard=not (quiet or json_))
     if config.backend.workers is Workers.SIMULATED and not json_:
@@ -413,19 +414,40 @@ def _start(
         fail(f"{e.system}: {e}")
 
 
-def _unfinished(workflow: Workflow, db: Path | None) -> str | None:
+def _resumable(db: Path | None, workflow: Workflow | None = None) -> list[dict[str, Any]]:
+    """The runs in the store that can be resumed, newest first (of ``workflow`` if given)."""
     path = db or default_path()
     if not path.exists():
-        return None
+        return []
 
     async def main():
         async with await Store.open(path, readonly=True) as store:
-            return await last_unfinished(store, workflow)
+            return await resumable(store, workflow)
 
     try:
         return clock.run(main(), virtual=False)
     except StoreError as e:
         fail(str(e))
+
+
+def _the_resumable(db: Path | None) -> str:
+    """The one run of the store that can be resumed: refused if there is none, or several."""
+    found = _resumable(db)
+    if not found:
+        fail(
+            f"{db or default_path()}: no run to resume (none lost its manager or was "
+            "interrupted); `leadtime status` lists the runs"
+        )
+    if len(found) > 1:
+        fail(
+            f"{len(found)} runs can be resumed: name one (leadtime resume RUN_ID)",
+            quoted=[
+                f"{r['run_id']}  {r['workflow']}  started {human.wall(r['created'])}" for r in found
+            ],
+        )
+    run = found[0]
+    err.print(f"resuming run {run['run_id']} of {run['workflow']}", highlight=False, markup=False)
+    return str(run["run_id"])
 
 
 def _resume(run_id: str, db: Path | None, *, dashboard: bool) -> RunSummary:
@@ -440,7 +462,13 @@ def _resume(run_id: str, db: Path | None, *, dashboard: bool) -> RunSummary:
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="The run (see `leadtime status`).")],
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            help="The run (see `leadtime status`); without it, the store's one run that can be "
+            "resumed."
+        ),
+    ] = None,
     db: Db = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
     quiet: Annotated[bool, typer.Option(help="No live dashboard.")] = False,
@@ -452,6 +480,8 @@ def resume(
     is alive.
     """
     _existing(db)
+    if run_id is None:
+        run_id = _the_resumable(db)
     _report(_resume(run_id, db, dashboard=not (quiet or json_)), json_)
 
 

@@ -242,17 +242,17 @@ def recorded_config(run: dict[str, Any]) -> RunConfig:
         ) from e
 
 
-async def last_unfinished(store: Store, workflow: Workflow) -> str | None:
-    """The newest run of ``workflow`` (the same file) that can be resumed, if any."""
-    source = str(workflow.source) if workflow.source else None
-    found = await store.rows("runs", {"workflow": workflow.name}, order="created DESC")
-    for run in found:
-        if run["source"] == source and runs.state(run) in (
-            RunState.MANAGER_GONE,
-            RunState.INTERRUPTED,
-        ):
-            return str(run["run_id"])
-    return None
+async def resumable(store: Store, workflow: Workflow | None = None) -> list[dict[str, Any]]:
+    """The runs that can be resumed (their manager died or was interrupted), newest first;
+    only those of ``workflow`` (the same file) if given."""
+    where = {} if workflow is None else {"workflow": workflow.name}
+    source = None if workflow is None or workflow.source is None else str(workflow.source)
+    return [
+        run
+        for run in await store.rows("runs", where, order="created DESC")
+        if (workflow is None or run["source"] == source)
+        and runs.state(run) in (RunState.MANAGER_GONE, RunState.INTERRUPTED)
+    ]
 
 
 async def cancel(store: Store, run_id: str) -> list[str]:

@@ -120,16 +120,20 @@ class Crash:
         self.manager.send_signal(signal.SIGINT)
         self.manager.wait(timeout=60)
 
-    def resume(self, timeout: float = 300.0) -> dict:
+    def resume(self, timeout: float = 300.0, *, named: bool = True) -> dict:
+        """``leadtime resume RUN_ID``, or without RUN_ID (``named=False``): the store's one
+        run that can be resumed."""
         assert self.run_id is not None
         done = subprocess.run(
-            self.command("resume", self.run_id, "--json"),
+            self.command("resume", *([self.run_id] if named else []), "--json"),
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
         assert done.returncode == 0, done.stderr
+        if not named:
+            assert f"resuming run {self.run_id} of " in done.stderr
         return json.loads(done.stdout)
 
     def status(self) -> str:

@@ -156,7 +156,7 @@ def test_an_interrupted_run_resumes_without_redoing_what_finished(tmp_path):
     assert not (tmp_path / ".leadtime" / crash.run_id / "secret").exists()
     finished = done_tasks(crash.db)
     assert finished
-    summary = crash.resume()  # with new pilots and a new secret
+    summary = crash.resume(named=False)  # with new pilots and a new secret
     assert summary["status"] == "done", summary["error"]
     ids = crash.ids()
     assert sorted(set(ids)) == crash.expected_ids()
@@ -224,6 +224,28 @@ def test_a_run_recorded_with_options_this_version_cannot_read_is_refused(tmp_pat
         assert done.exit_code == 2, done.output
         assert "run old was recorded by another version of leadtime" in done.output
         assert "Traceback" not in done.output
+
+
+def test_resume_without_a_run_id_wants_exactly_one_run_to_resume(tmp_path, cli):
+    """Without RUN_ID, resume takes the store's one run that can be resumed (the test above
+    resumes one so); none, or several, is a clear refusal naming them, nothing started."""
+
+    async def record(run_id: str, status: str, created: float) -> None:
+        async with await Store.open(tmp_path / "store.db") as store:
+            await store.put("runs", {"run_id": run_id}, workflow=f"wf-{run_id}",
+                            backend="local", status=status, created=created)  # fmt: skip
+
+    clock.run(record("finished", "done", 0.0), virtual=False)
+    done = cli("resume")
+    assert done.exit_code == 2, done.output
+    assert "no run to resume (none lost its manager or was interrupted)" in done.output
+    for run_id, created in (("first", 100.0), ("second", 200.0)):
+        clock.run(record(run_id, "interrupted", created), virtual=False)
+    done = cli("resume")
+    assert done.exit_code == 2, done.output
+    assert "2 runs can be resumed: name one (leadtime resume RUN_ID)" in done.output
+    assert done.output.index("second  wf-second") < done.output.index("first  wf-first")
+    assert "Traceback" not in done.output
 
 
 def test_a_run_on_the_simulated_cluster_is_not_resumed(tmp_path, cli):
