@@ -602,11 +602,15 @@ LISTED = ("run_id", "workflow", "backend", "strategy", "status", "created", "end
 """What ``status --json`` says of each run when it lists them."""
 
 
-def _record(run_id: str, db: Path | None) -> RunRecord:
-    """The run ``run_id`` as the store holds it; exit 2 when there is no such run."""
+def _record(run_id: str | None, db: Path | None) -> RunRecord:
+    """The run ``run_id`` (the newest if None) as the store holds it; exit 2 when there is
+    no such run."""
 
     async def main():
         async with await _existing_store(db) as store:
+            if run_id is None:
+                newest = await store.rows("runs", order="created DESC")
+                return await RunRecord.load(store, newest[0]["run_id"]) if newest else None
             return await RunRecord.load(store, run_id)
 
     try:
@@ -614,7 +618,7 @@ def _record(run_id: str, db: Path | None) -> RunRecord:
     except StoreError as e:
         fail(str(e))
     if record is None:
-        fail(f"no run {run_id}")
+        fail(f"no run {run_id}" if run_id else f"{db or default_path()}: no run yet")
     return record
 
 
@@ -705,7 +709,10 @@ def _show_attempt(log: tasklogs.AttemptLog, backend: str) -> None:
 
 @app.command()
 def report(
-    run_id: Annotated[str, typer.Argument(help="A run (`leadtime status` lists them).")],
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="A run (`leadtime status` lists them; default: the newest)."),
+    ] = None,
     out_file: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path(
         "report.html"
     ),
@@ -716,7 +723,8 @@ def report(
     pages = _html_pages()
     record = _record(run_id, db)
     _write_page(out_file, pages.run_page(record))
-    out.print(f"wrote {out_file}: run {run_id} of {record.run['workflow']}", highlight=False)
+    written = f"wrote {out_file}: run {record.run['run_id']} of {record.run['workflow']}"
+    out.print(written, highlight=False)
 
 
 def _html_pages():

@@ -241,6 +241,11 @@ def test_report_writes_the_page_of_a_run(cli, tmp_path):
     assert _embedded(page.read_text()) == summary
     short = cli("report", summary["run_id"], "-o", str(tmp_path / "short.html"))
     assert short.exit_code == 0 and _embedded((tmp_path / "short.html").read_text()) == summary
+    newest = cli("run", BLAST, "--json", "--strategy", "asa", "--scale", "28")
+    newest = json.loads(newest.stdout)
+    default = cli("report", "-o", str(tmp_path / "newest.html"))  # no RUN_ID: the newest run
+    assert default.exit_code == 0 and f"run {newest['run_id']} of blast" in default.output
+    assert _embedded((tmp_path / "newest.html").read_text()) == newest
     unknown = cli("report", "nosuchrun", "--out", str(tmp_path / "no.html"))
     assert unknown.exit_code == 2 and "no run nosuchrun" in unknown.output
     assert not (tmp_path / "no.html").exists()
@@ -365,3 +370,17 @@ def test_twt_counts_a_pilot_cancelled_while_it_waited():
     assert _wait_note(replaced) == "no prediction, cancelled after 1 min in the queue"
     assert _wait_note(held) == _wait_note(early) == "no prediction, never started"
     assert _wait_note(started) == "predicted 1 min 30 s, real 1 min 40 s"
+
+
+def test_report_of_a_store_with_no_run_says_so(tmp_path):
+    db = tmp_path / "empty.db"
+
+    async def create() -> None:
+        async with await Store.open(db):  # a store, with no run in it
+            pass
+
+    clock.run(create(), virtual=False)
+    done = CliRunner().invoke(app, ["report", "--db", str(db), "-o", str(tmp_path / "r.html")])
+    assert done.exit_code == 2, done.output
+    assert f"{db}: no run yet" in " ".join(done.output.split())
+    assert not (tmp_path / "r.html").exists()
