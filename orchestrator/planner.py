@@ -594,7 +594,10 @@ def _wait_words(wait: float, prediction: Any) -> str:
     if prediction == NO_QUEUE:
         return "no queue here (a pilot starts when submitted)"
     if isinstance(prediction, Prediction) and prediction.observations == 0:
-        return f"no wait learned yet for its geometry here (planning with {duration(wait)})"
+        return (
+            "no wait learned yet for its geometry here "
+            f"(planning with {duration(wait)}, from the learner's prior)"
+        )
     return f"predicted wait {duration(wait)}"
 
 

@@ -82,8 +82,8 @@ def test_a_wait_nothing_was_learned_of_is_said_to_be_the_priors(seen):
         assert note == "stage s1: predicted wait 13 h 53 min, submitting now after s0-0"
     else:
         assert note == (
-            "stage s1: no wait learned yet for its geometry here (planning with 13 h 53 min), "
-            "submitting now after s0-0"
+            "stage s1: no wait learned yet for its geometry here "
+            "(planning with 13 h 53 min, from the learner's prior), submitting now after s0-0"
         )
 
 
