@@ -212,6 +212,8 @@ def replay(
         while arriving and tasks[arriving[-1]].submit <= now:
             index = arriving.pop()
             heapq.heappush(pending, (tasks[index].submit, index))
+            if running is not None:
+                running.submit(tasks[index].category)
         while pending:
             st = states[pending[0][1]]
             category = st.trace.category

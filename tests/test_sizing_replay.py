@@ -111,6 +111,22 @@ def test_tasks_arrive_at_their_submit_times_and_workers_as_they_join():
     assert joined.tasks_per_worker_hour == pytest.approx(2 / (70 / 3600))
 
 
+def test_the_replay_reports_each_task_as_it_is_submitted():
+    """What a selector shares the workflow's retry room over: the tasks submitted so far."""
+    tasks = [TraceTask(c, Resources(1, 100, 1, 10), submit=t) for c, t in (("a", 0), ("b", 50))]
+    sizer = make_sizer("select", worker=SMALL)
+    seen = []
+    allocate = sizer.allocate
+
+    def asking(task, previous=None, exhaustion=None):
+        seen.append((task.category, sizer.running.submitted("a"), sizer.running.submitted()))
+        return allocate(task, previous, exhaustion)
+
+    sizer.allocate = asking
+    replay(tasks, sizer, workers=1, worker=SMALL)
+    assert seen == [("a", 1, 1), ("b", 1, 2)]
+
+
 def test_fewer_cores_than_a_task_uses_slow_it_down():
     task = TraceTask("a", Resources(4, 100, 1, 10), cpu=2.0)
     sizer = make_sizer("user", worker=SMALL)

@@ -9,7 +9,7 @@ from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
 from learners.sizing.budget import BUDGET
 from learners.sizing.composite import PRIOR_FLOOR
 from learners.sizing.history import History
-from learners.sizing.selector import WARMUP, Selector
+from learners.sizing.selector import WARMUP, WORKFLOW_BUDGET, Selector, Shadow
 
 WORKER = Resources(16, 64000, 64000)
 
@@ -57,7 +57,14 @@ def test_categories_choose_apart_and_the_first_candidate_warms_up():
 def test_the_default_is_the_selector():
     sizer = make_sizer("select", worker=WORKER)
     assert isinstance(sizer, Selector)
-    assert [c.name for c in sizer.candidates] == ["budget", "ksegments+budget", "ponder+budget"]
+    assert [c.name for c in sizer.candidates] == [
+        "budget",
+        "ksegments+budget",
+        "ponder+budget",
+        "greedy-det",
+        "exhaust-det",
+    ]
+    assert sizer.retrying == (False, False, False, True, True)
 
 
 def test_a_real_kill_counts_against_the_candidate_allocating():
@@ -144,4 +151,64 @@ def test_a_candidate_that_regresses_on_input_size_waits_for_tasks_that_report_on
 
 
 def test_the_default_s_regressions_are_the_candidates_that_need_input_sizes():
-    assert make_sizer("select", worker=WORKER).by_input == (False, True, True)
+    assert make_sizer("select", worker=WORKER).by_input == (False, True, True, False, False)
+
+
+def _opposite(i: int, wall: float = 60.0) -> Record:
+    """A task of a category whose memory and disk go opposite ways (bioblast's Split): much
+    memory and little disk, or the other way round."""
+    peak = Resources(1, 1300, 650, wall) if i % 2 else Resources(1, 5, 13000, wall)
+    return Record(TaskFeatures("split"), peak)
+
+
+def _opposite_selector(other_kills: int) -> Selector:
+    """``select`` in a workflow of 4,000 tasks of another category and 40 of ``split``,
+    ``other_kills`` of the other category's attempts killed, ``split`` recorded."""
+    s = make_sizer("select", worker=WORKER)
+    s.running.submit("many", 4000)
+    s.running.submit("split", 40)
+    task = TaskFeatures("many")
+    for _ in range(WARMUP):
+        s.observe(Record(task, Resources(1, 2000, 100, 60)))
+    for _ in range(other_kills):
+        s.observe_exhaustion(task, Resources(1, 1000, 100), Exhaustion("memory", 1500))
+    for i in range(40):
+        s.observe(_opposite(i))
+    return s
+
+
+def test_bucketing_is_chosen_where_it_is_best_and_the_workflow_has_room_for_its_kills():
+    """The lower buckets kill every task once, yet waste less than the upper quantile of both
+    resources: beyond the category's own budget, within the workflow's."""
+    s = _opposite_selector(other_kills=0)
+    names = [c.name for c in s.candidates]
+    shadows = dict(zip(names, s.shadows["split"], strict=True))
+    assert shadows["greedy-det"].killed > 0.5 > BUDGET
+    assert shadows["greedy-det"].awe > shadows["budget"].awe + 0.1
+    assert s.chosen("split").name == "greedy-det"
+    first = s.allocate(TaskFeatures("split"))
+    assert first.memory < 1300 and first.disk < 13000  # each task starts in the lower buckets
+
+
+def test_a_category_falls_back_to_its_own_budget_once_the_workflow_s_room_is_spent():
+    room = round(WORKFLOW_BUDGET * 4040)  # the other category's kills take it all
+    assert _opposite_selector(other_kills=room - 40).chosen("split").name == "greedy-det"
+    s = _opposite_selector(other_kills=room)
+    assert s.chosen("split").name == "budget"
+    assert all(
+        shadow.killed > BUDGET or c.name == "budget"
+        for c, shadow in zip(s.candidates, s.shadows["split"], strict=True)
+        if not s.by_input[s.candidates.index(c)]
+    )
+
+
+def test_records_that_ran_no_time_score_candidates_until_one_that_ran_comes():
+    shadow, budget = Shadow(), make_sizer("budget", worker=WORKER)
+    for i in range(WARMUP):
+        shadow.account(budget, _opposite(i, wall=0.0), budget)
+        budget.observe(_opposite(i, wall=0.0))
+    assert shadow.timed.awe is None
+    untimed = shadow.untimed.awe
+    assert untimed is not None and 0 < untimed < 1 and shadow.awe == untimed
+    shadow.account(budget, _opposite(1), budget)
+    assert shadow.timed.awe is not None and shadow.awe == shadow.timed.awe != untimed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -100,6 +101,8 @@ class Running:
         """Per category, the start times of its running attempts, sorted."""
         self._waiting: dict[str, int] = {}
         """Per category, the attempts sent to a worker that have not started there yet."""
+        self._submitted: Counter[str] = Counter()
+        """Per category, the tasks the workflow has submitted so far."""
 
     def start(self, category: str, at: float) -> None:
         bisect.insort(self._starts.setdefault(category, []), at)
@@ -112,6 +115,15 @@ class Running:
         """``more`` (or, below 0, fewer) attempts of ``category`` wait on their worker to
         start (an executor that sends work ahead of room)."""
         self._waiting[category] = self._waiting.get(category, 0) + more
+
+    def submit(self, category: str, more: int = 1) -> None:
+        """``more`` tasks of ``category`` were submitted (an executor that knows its
+        workflow's tasks before they run)."""
+        self._submitted[category] += more
+
+    def submitted(self, category: str | None = None) -> int:
+        """How many tasks of ``category`` (of every category: None) were submitted so far."""
+        return self._submitted.total() if category is None else self._submitted[category]
 
     def count(self, category: str) -> int:
         """How many attempts of ``category`` run now, or wait on their worker to start."""

@@ -54,13 +54,14 @@ SIZERS: dict[str, str] = {
     "witt-under": "Witt LR, intercept + standard error of under-predictions",
     "witt-max": "Witt LR, intercept + largest under-prediction",
     "budget": "the quantile of peaks that keeps first-attempt kills within a 5% retry budget",
-    "select": "per category, the best in the shadow of budget, ksegments+budget, ponder+budget",
+    "select": "per category, the best in the shadow of budget, the regressions and bucketing",
 }
 
 MEMORY_ONLY = ("ponder", "ksegments", "ksegments-partial", "witt-mean", "witt-under", "witt-max")
 """The sizers that learn memory only; ``<one of these>+<companion>`` names the pair."""
-SELECTED = ("budget", "ksegments+budget", "ponder+budget")
-"""The candidates of ``select``, the first allocating while a category warms up."""
+SELECTED = ("budget", "ksegments+budget", "ponder+budget", "greedy-det", "exhaust-det")
+"""The candidates of ``select``, the first allocating while a category warms up; the bucketing
+ones only where the workflow has room for their retries."""
 COMPANIONS = tuple(name for name in SIZERS if name not in (*MEMORY_ONLY, "select"))
 """The sizers of every resource, each of which can size cores and disk beside a memory-only one."""
 PRIORS = ("budget", "select")
@@ -160,7 +161,8 @@ def make_sizer(
             for c in SELECTED
         ]
         by_input = [split_sizer(c)[1] is not None for c in SELECTED]
-        return Selector(name, candidates, by_input=by_input)
+        retrying = [_family(c) == "bucketing" for c in SELECTED]
+        return Selector(name, candidates, by_input=by_input, retrying=retrying)
     rng = np.random.default_rng(seed)
     if companion is None:
         factory = _factory(base, resources, worker, rng, options, running)

@@ -4,20 +4,29 @@ Every candidate sizer sees every record. Before it learns from a record, the sel
 asks each candidate what it would have given that task and scores the answer in the
 shadow: per resource, the task's use over what the candidate would have allocated, a
 kill costing the share of the run the real runs show (:mod:`learners.kill_times`,
-median) plus the candidate's retry; cores below the use stretch the run. A
-candidate's score is its shadow AWE (the mean over resources) less its share of
-shadow kills, so that a candidate buys efficiency with retries only where they are
-cheap. A real kill counts against the candidate allocating the category at the time:
-the shadow scores a candidate with the records that came after the task started, the
-kill shows what it did with the records it had. Within the retry budget the best
-score wins, beyond it the fewest kills. A candidate that regresses on the input size
-is chosen only in categories whose tasks report one: elsewhere it has nothing to regress
-on, and its score differs from the others' by chance (on the bucketing paper's synthetic
-workflows, switching on that chance cost up to 0.03 of memory AWE). Until a category has
-:data:`WARMUP` scored records the first candidate allocates; retries, real and in the
-shadow, follow the first candidate's rule (``budget``'s: from the records above what the
-killed attempt reached), as a regression's own retry (Ponder's: its largest allocation, a
-whole worker) costs more than the kill.
+median) plus the candidate's retry; cores below the use stretch the run, and the other
+resources are held the longer for it. Records that ran no time score a candidate only
+until one that ran comes. A candidate's score is its shadow AWE (the mean over
+resources) less its share of shadow kills, so that a candidate buys efficiency with
+retries only where they are cheap. A real kill counts against the candidate allocating
+the category at the time: the shadow scores a candidate with the records that came
+after the task started, the kill shows what it did with the records it had. Within the
+retry budget the best score wins, beyond it the fewest kills.
+
+The budget is the category's own (5% of its tasks), or more where the workflow's kills
+so far leave room within :data:`WORKFLOW_BUDGET` of its tasks: the goal's limit is per
+workflow, and a small category whose resources go opposite ways (bioblast's Split: much
+memory and little disk, or the other way round) wastes less when every task starts in
+bucketing's lower buckets and is retried once. Candidates that buy efficiency with
+retries (bucketing) are chosen only within that room, their kills priced by how much of
+it is left. A candidate that regresses on the input size is chosen only in categories
+whose tasks report one: elsewhere it has nothing to regress on, and its score differs
+from the others' by chance (on the bucketing paper's synthetic workflows, switching on
+that chance cost up to 0.03 of memory AWE). Until a category has :data:`WARMUP` scored
+records the first candidate allocates; retries, real and in the shadow, follow the first
+candidate's rule (``budget``'s: from the records above what the killed attempt reached),
+as a regression's own retry (Ponder's: its largest allocation, a whole worker) costs
+more than the kill.
 
 Scoring and learning wait until an allocation needs them, then take what came in the order
 it came, so they end exactly as if done at once: a run whose every task declares its sizes
@@ -27,6 +36,7 @@ never pays for them, and its records still reach the history that later runs lea
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,14 +50,43 @@ from learners.sizing.history import History
 
 WARMUP = 5
 """Records a category's shadow scores need before they choose."""
+WORKFLOW_BUDGET = 0.075
+"""Share of a workflow's tasks whose first attempt may be killed, over all its categories: the
+10% a default may retry, less a margin for cold starts and second retries. A category may
+choose a candidate that kills more than its own :data:`BUDGET` while the workflow's kills leave
+room for it."""
+
+
+@dataclass
+class Use:
+    """What a candidate's allocations would have consumed and allocated, per resource."""
+
+    consumed: dict[str, float] = field(default_factory=dict)
+    allocated: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def awe(self) -> float | None:
+        """The mean over resources of consumed over allocated; None before any allocation."""
+        shares = [
+            self.consumed[r] / a for r, a in self.allocated.items() if a > 0 and r in self.consumed
+        ]
+        return sum(shares) / len(shares) if shares else None
+
+    def add(self, resource: str, consumed: float, allocated: float) -> None:
+        self.consumed[resource] = self.consumed.get(resource, 0.0) + consumed
+        self.allocated[resource] = self.allocated.get(resource, 0.0) + allocated
 
 
 @dataclass
 class Shadow:
     """One candidate's account in one category."""
 
-    consumed: dict[str, float] = field(default_factory=dict)
-    allocated: dict[str, float] = field(default_factory=dict)
+    timed: Use = field(default_factory=Use)
+    """Over the records that ran some time, each weighing its wall time (as AWE weighs it)."""
+    untimed: Use = field(default_factory=Use)
+    """Over the records that ran no time, each weighing one: what tells a candidate's
+    efficiency only until a record that ran comes (bioblast's Split category ran 0 s in its
+    first 105 records, while its longer tasks started)."""
     records: int = 0
     kills: int = 0
 
@@ -57,18 +96,25 @@ class Shadow:
         return self.kills / max(self.records, 1)
 
     @property
-    def score(self) -> float:
-        shares = [
-            self.consumed[r] / a for r, a in self.allocated.items() if a > 0 and r in self.consumed
-        ]
-        awe = sum(shares) / len(shares) if shares else 0.0
-        return awe - self.killed
+    def awe(self) -> float:
+        """The shadow AWE: over the records that ran some time, else over those that did not."""
+        awe = self.timed.awe
+        return (self.untimed.awe or 0.0) if awe is None else awe
 
     @property
-    def rank(self) -> tuple[bool, float]:
-        """Within the retry budget first, by score; beyond it, by fewer kills."""
-        within = self.killed <= BUDGET
-        return within, self.score if within else -self.killed
+    def score(self) -> float:
+        """The shadow AWE less the share of kills, each kill at full price."""
+        return self.priced(1.0)
+
+    def priced(self, price: float) -> float:
+        """The shadow AWE less the share of kills at ``price`` each."""
+        return self.awe - price * self.killed
+
+    def rank(self, allowed: float, price: float = 1.0) -> tuple[bool, float]:
+        """Within ``allowed`` kills per record first, by the shadow AWE less the share of
+        kills at ``price`` each; beyond, by fewer kills."""
+        within = self.killed <= allowed
+        return within, self.priced(price) if within else -self.killed
 
     def account(self, candidate: Composite, record: Record, retrier: Composite) -> None:
         """What ``candidate``'s allocation for ``record``'s task would have cost, retried by
@@ -76,6 +122,7 @@ class Shadow:
         self.records += 1
         task, peak = record.task, record.peak
         wall = peak.wall if math.isfinite(peak.wall) else 0.0
+        use, weight = (self.timed, wall) if wall > 0 else (self.untimed, 1.0)
         try:
             alloc = candidate.allocate(task)
         except Unfittable:
@@ -94,11 +141,11 @@ class Shadow:
                     return
         for r in packed:
             used = min(peak[r], alloc[r]) if r == "cores" else peak[r]
-            self.consumed[r] = self.consumed.get(r, 0.0) + used * wall * stretch
-            given = retry[r] * wall * stretch
+            given = retry[r] * stretch
             if short:
-                given += alloc[r] * wall * max(KILL_SHARE.get(s, 0.0) for s in short)
-            self.allocated[r] = self.allocated.get(r, 0.0) + given
+                given += alloc[r] * max(KILL_SHARE.get(s, 0.0) for s in short)
+            held = stretch if r == "cores" else 1.0  # the others are held longer for nothing
+            use.add(r, used * weight * held, given * weight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,16 +161,25 @@ class Selector:
     """A :class:`~learners.sizing.base.Sizer` choosing, per category, among ``candidates``."""
 
     def __init__(
-        self, name: str, candidates: Sequence[Composite], *, by_input: Sequence[bool] = ()
+        self,
+        name: str,
+        candidates: Sequence[Composite],
+        *,
+        by_input: Sequence[bool] = (),
+        retrying: Sequence[bool] = (),
     ) -> None:
         if not candidates:
             raise ValueError("a selector needs candidates")
-        if by_input and len(by_input) != len(candidates):
-            raise ValueError("by_input needs one flag per candidate")
+        for flags, what in ((by_input, "by_input"), (retrying, "retrying")):
+            if flags and len(flags) != len(candidates):
+                raise ValueError(f"{what} needs one flag per candidate")
         self.name = name
         self.candidates = tuple(candidates)
         self.by_input = tuple(by_input) or (False,) * len(self.candidates)
         """Which candidates regress on the input size: chosen only where tasks report one."""
+        self.retrying = tuple(retrying) or (False,) * len(self.candidates)
+        """Which candidates buy efficiency with retries (bucketing's lower buckets): chosen
+        only within the kills a category is allowed, never as the one that kills least."""
         self._with_input: set[str] = set()
         """Categories some of whose records reported an input size."""
         self.resources = self.candidates[0].resources
@@ -134,6 +190,9 @@ class Selector:
         self._shadows: dict[str, list[Shadow]] = {}
         self._unlearnt: list[Record | _Kill] = []
         """What ended since the candidates last learnt, oldest first."""
+        self._records: Counter[str] = Counter()
+        self._kills: Counter[str] = Counter()
+        """Real records and kills per category, learnt."""
 
     @property
     def shadows(self) -> dict[str, list[Shadow]]:
@@ -182,9 +241,29 @@ class Selector:
         if not shadows or shadows[0].records < WARMUP:
             return self.candidates[0]
         sized = category in self._with_input
-        eligible = [i for i in range(len(shadows)) if sized or not self.by_input[i]]
-        best = max(eligible, key=lambda i: (*shadows[i].rank, -i))
+        allowed = self._allowed(category)
+        eligible = [
+            i
+            for i, shadow in enumerate(shadows)
+            if (sized or not self.by_input[i])
+            and not (self.retrying[i] and (allowed <= BUDGET or shadow.killed > allowed))
+        ]
+        price = BUDGET / allowed  # a retrying candidate's kills, as scarce as the room left
+        best = max(
+            eligible,
+            key=lambda i: (*shadows[i].rank(allowed, price if self.retrying[i] else 1.0), -i),
+        )
         return self.candidates[best]
+
+    def _allowed(self, category: str) -> float:
+        """Kills per task ``category`` may spend: its own budget, or the room the workflow's
+        kills so far leave within :data:`WORKFLOW_BUDGET` of its tasks, shared over the
+        category's (tasks submitted, where the executor tells, else recorded). The room is
+        spent as the workflow kills, and the category falls back to its own budget."""
+        tasks = max(self.running.submitted(), self._records.total())
+        mine = max(self.running.submitted(category), self._records[category], 1)
+        spent = self._kills.total()
+        return max(BUDGET, (WORKFLOW_BUDGET * tasks - spent) / mine)
 
     def _learn(self) -> None:
         """Score and learn what ended since the last time, in the order it ended."""
@@ -194,11 +273,13 @@ class Selector:
                 case Record(task=task):
                     if task.input_size is not None:
                         self._with_input.add(task.category)
+                    self._records[task.category] += 1
                     shadows = self._accounts(task.category)
                     for shadow, candidate in zip(shadows, self.candidates, strict=True):
                         shadow.account(candidate, event, self.candidates[0])
                         candidate.observe(event)
                 case _Kill(task=task, allocation=allocation, exhaustion=exhaustion):
+                    self._kills[task.category] += 1
                     shadows = self._accounts(task.category)
                     shadows[self.candidates.index(self._choice(task.category))].kills += 1
                     for candidate in self.candidates:
