@@ -327,7 +327,7 @@ class RunState:
             stage.phase = Phase(row["state"])
             stage.ready_t, stage.start_t, stage.end_t = row["ready_t"], row["start_t"], row["end_t"]
             if stage.phase in (Phase.READY, Phase.RUNNING):
-                stage.queue.extend(t for t in stage.tasks if t.state == TaskState.QUEUED)
+                self._enqueue(stage)
         hits = {row["pilot_id"]: row["hit"] for row in saved.waits}
         return [self._restore_pilot(row, hits.get(row["pilot_id"])) for row in saved.pilots]
 
@@ -845,6 +845,14 @@ class RunState:
                 self._requeue(stage, task_run)
         self.recorder.task(task_run)
 
+    def _enqueue(self, stage: StageRun) -> None:
+        """The stage's tasks still to run join its queue: submitted, as the sizer counts them
+        (a workflow's retry room is a share of the tasks submitted so far)."""
+        queued = [t for t in stage.tasks if t.state == TaskState.QUEUED]
+        stage.queue.extend(queued)
+        for category, n in Counter(t.task.category for t in queued).items():
+            self.sizer.running.submit(category, n)
+
     def _requeue(self, stage: StageRun, task: TaskRun) -> None:
         task.state = TaskState.QUEUED
         stage.queue.appendleft(task)
@@ -868,7 +876,7 @@ class RunState:
         now = self.now
         if phase == Phase.READY:
             stage.ready_t = now
-            stage.queue.extend(t for t in stage.tasks if t.state == TaskState.QUEUED)
+            self._enqueue(stage)
         elif phase == Phase.RUNNING and stage.start_t is None:
             stage.start_t = now
         elif phase in (Phase.DONE, Phase.FAILED):

@@ -403,6 +403,28 @@ def test_the_sizer_is_told_which_attempts_of_a_category_run_and_since_when():
     assert running.outlasting("a", 0.0) == 0
 
 
+def test_the_sizer_is_told_the_tasks_submitted_as_their_stage_becomes_ready():
+    """What select shares a workflow's retry room over: each stage's tasks as it becomes
+    ready, and on resume only those still to run."""
+    state, rows = new_state(TWO_STAGES)
+    state.start()
+    running = state.sizer.running
+    assert (running.submitted("a"), running.submitted("b")) == (3, 0)
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7")))
+    for launch in state.place():
+        state.apply(success(launch))
+    assert running.submitted() == 3  # a result submits nothing
+    resumed, _ = new_state(TWO_STAGES)
+    resumed.restore(rows.saved())
+    assert resumed.sizer.running.submitted("a") == 1  # a.0 and a.1 are done
+    (third,) = state.place()
+    state.apply(success(third))
+    state.advance()
+    assert state.stages["b"].phase is Phase.READY
+    assert (running.submitted("a"), running.submitted("b")) == (3, 1)
+
+
 UNSIZED = """
 name = "unsized"
 [[stage]]
