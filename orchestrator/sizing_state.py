@@ -81,11 +81,18 @@ share of a disk size made up, which may let only one of them fit on the real dis
 def stage_share(
     stage: Stage, worker: Resources, tasks: int, disk_known: bool = True
 ) -> dict[str, float]:
-    """A task's share of its stage's allocation: the stage's nodes (``worker`` each) over
-    its ``tasks``; a stage's first tasks sized so all run side by side."""
+    """A task's share of its stage's allocation: the stage's nodes (``worker`` each) over the
+    tasks that run at once, its ``tasks`` or fewer where the sizes they declare fit fewer (112
+    tasks of one core on 28 cores: 28 at once, each a 28th of the memory, not a 112th, which
+    would start them all below what they may need); a stage's first tasks sized so all that
+    fit run side by side."""
     nodes = _nodes(stage.allocation, worker)
-    count = max(tasks, 1)
-    share = {r: worker[r] * nodes / count for r in ("cores", "memory", "disk")}
+    packed = ("cores", "memory", "disk")
+    known = packed if disk_known else ("cores", "memory")
+    declared = stage.tasks.declared
+    fits = [nodes * (worker[r] // declared[r]) for r in known if declared.get(r, 0) > 0]
+    count = max(1, min([tasks, *fits]))
+    share = {r: worker[r] * nodes / count for r in packed}
     if not disk_known:
         share["disk"] = UNKNOWN_DISK_SHARE_MB
     return share

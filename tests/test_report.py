@@ -6,6 +6,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -15,7 +16,7 @@ from backends import clock
 from learners.sizing.base import Bound, Unfittable
 from orchestrator import human
 from orchestrator.cli import DEMO_MOCK, app
-from orchestrator.htmlreport import run_page
+from orchestrator.htmlreport import FAILED_ROWS, run_page
 from orchestrator.human import duration, offset
 from orchestrator.runrecord import CoreUsage, RunRecord, category_use
 from orchestrator.session import RunConfig, run_simulated
@@ -83,8 +84,17 @@ def test_the_report_of_a_run_shows_every_stage_and_pilot_and_the_run_s_own_figur
         assert f'<div class="value">{shown} ' in page
     assert page.count("<svg") == 5  # timeline, waits, cores, efficiency, failed attempts
     assert "28\xa0cores, 112,000\xa0MB, 30\xa0min" in cells  # wraps only after a comma
-    assert "`" not in page and "<code>leadtime status " in page
     assert "durations are the cluster's virtual time" in page
+    # past FAILED_ROWS failed attempts, a note names the command that lists them, set as code
+    more = [
+        _row(task_id=f"simulate.{i}", attempt=9, outcome="exhausted", exhausted="memory",
+             allocation={"cores": 1, "memory": 1000, "disk": 10}, peak=None,
+             start_t=3200.0, end_t=3250.0)
+        for i in range(FAILED_ROWS + 1)
+    ]  # fmt: skip
+    record = demo[2]
+    many = run_page(replace(record, attempts=[*record.attempts, *more]))
+    assert "`" not in many and f"<code>leadtime status {record.run['run_id']}</code>" in many
 
 
 def test_the_report_shows_the_numbers_status_json_gives(demo, demo_page):

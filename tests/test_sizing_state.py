@@ -108,3 +108,25 @@ def test_a_task_share_is_the_stage_allocation_over_its_tasks():
     # a node whose disk the batch system does not tell: each task starts with 1 GB
     unknown = stage_share(stage, Resources(4, 8000, 1_000_000), 16, disk_known=False)
     assert unknown == {"cores": 0.5, "memory": 1000.0, "disk": UNKNOWN_DISK_SHARE_MB}
+
+
+def test_a_task_share_is_over_the_tasks_their_declared_sizes_let_run_at_once():
+    """16 tasks of one core on 2 nodes of 4 cores run 8 at a time: each has an 8th of the
+    memory, not a 16th (which would start them all below what they may need); the disk they
+    declare bounds them too, unless the batch system does not tell the nodes' disk."""
+    workflow = loads(
+        """
+        name = "w"
+        [[stage]]
+        name = "s"
+        allocation = { cores = 8, nodes = 2, time = "5m" }
+        tasks = { command = "true", count = 16, cores = 1, disk = "30G" }
+        """
+    )
+    (stage,) = workflow.stages
+    node = Resources(4, 8000, 80000)
+    # 30 GB each: 2 a node, 4 at once
+    assert stage_share(stage, node, 16) == {"cores": 2.0, "memory": 4000.0, "disk": 40000.0}
+    unknown = stage_share(stage, Resources(4, 8000, 0), 16, disk_known=False)
+    assert unknown == {"cores": 1.0, "memory": 2000.0, "disk": UNKNOWN_DISK_SHARE_MB}
+    assert stage_share(stage, node, 3)["memory"] == 16000 / 3  # fewer tasks than fit
