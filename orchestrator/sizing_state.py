@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from backends import clock
 from learners.resources import Resources
+from learners.sizing.composite import PRIOR_FLOOR
 from orchestrator.store import Store
 from workflows.spec import Allocation, Stage
 
@@ -82,15 +83,16 @@ def stage_share(
     stage: Stage, worker: Resources, tasks: int, disk_known: bool = True
 ) -> dict[str, float]:
     """A task's share of its stage's allocation: the stage's nodes (``worker`` each) over the
-    tasks that run at once, its ``tasks`` or fewer where the sizes they declare fit fewer (112
-    tasks of one core on 28 cores: 28 at once, each a 28th of the memory, not a 112th, which
-    would start them all below what they may need); a stage's first tasks sized so all that
-    fit run side by side."""
+    tasks that run at once, its ``tasks`` or fewer where what each takes at least (what it
+    declares, else the prior's floor: a core, a gigabyte) fits fewer (112 tasks on 28 cores:
+    28 at once, each a 28th of the memory, not a 112th, which would start them all below what
+    they may need); a stage's first tasks sized so all that fit run side by side."""
     nodes = _nodes(stage.allocation, worker)
     packed = ("cores", "memory", "disk")
     known = packed if disk_known else ("cores", "memory")
     declared = stage.tasks.declared
-    fits = [nodes * (worker[r] // declared[r]) for r in known if declared.get(r, 0) > 0]
+    least = {r: declared.get(r) or PRIOR_FLOOR[r] for r in known}
+    fits = [nodes * (worker[r] // size) for r, size in least.items() if size > 0]
     count = max(1, min([tasks, *fits]))
     share = {r: worker[r] * nodes / count for r in packed}
     if not disk_known:

@@ -92,7 +92,7 @@ def test_the_state_is_saved_at_most_every_interval_and_when_the_run_ends():
     assert clock.run(main(), virtual=False) == [1, 1, 1, 3]
 
 
-def test_a_task_share_is_the_stage_allocation_over_its_tasks():
+def test_a_task_share_is_the_stage_allocation_over_the_tasks_that_run_at_once():
     workflow = loads(
         """
         name = "w"
@@ -103,11 +103,14 @@ def test_a_task_share_is_the_stage_allocation_over_its_tasks():
         """
     )
     (stage,) = workflow.stages
+    # each takes a core at least (the prior's floor): 8 of the 16 run at once, on 2 nodes
     share = stage_share(stage, Resources(4, 8000, 80000), 16)
-    assert share == {"cores": 0.5, "memory": 1000.0, "disk": 10000.0}
+    assert share == {"cores": 1.0, "memory": 2000.0, "disk": 20000.0}
     # a node whose disk the batch system does not tell: each task starts with 1 GB
     unknown = stage_share(stage, Resources(4, 8000, 1_000_000), 16, disk_known=False)
-    assert unknown == {"cores": 0.5, "memory": 1000.0, "disk": UNKNOWN_DISK_SHARE_MB}
+    assert unknown == {"cores": 1.0, "memory": 2000.0, "disk": UNKNOWN_DISK_SHARE_MB}
+    # 6 tasks: each a 6th, as all run at once
+    assert stage_share(stage, Resources(4, 8000, 80000), 6)["memory"] == 16000 / 6
 
 
 def test_a_task_share_is_over_the_tasks_their_declared_sizes_let_run_at_once():
