@@ -84,15 +84,14 @@ def stage_share(
 ) -> dict[str, float]:
     """A task's share of its stage's allocation: the stage's nodes (``worker`` each) over the
     tasks that run at once, its ``tasks`` or fewer where what each takes at least (what it
-    declares, else the prior's floor: a core, a gigabyte) fits fewer (112 tasks on 28 cores:
-    28 at once, each a 28th of the memory, not a 112th, which would start them all below what
-    they may need); a stage's first tasks sized so all that fit run side by side."""
+    declares, and a core, as Slurm gives) fits fewer (112 tasks on 28 cores: 28 at once, each
+    a 28th of the memory, not a 112th, which would start them all below what they may need);
+    a stage's first tasks sized so all that fit run side by side."""
     nodes = _nodes(stage.allocation, worker)
     packed = ("cores", "memory", "disk")
     known = packed if disk_known else ("cores", "memory")
-    declared = stage.tasks.declared
-    least = {r: declared.get(r) or PRIOR_FLOOR[r] for r in known}
-    fits = [nodes * (worker[r] // size) for r, size in least.items() if size > 0]
+    least = {"cores": PRIOR_FLOOR["cores"], **stage.tasks.declared}
+    fits = [nodes * (worker[r] // least[r]) for r in known if least.get(r, 0) > 0]
     count = max(1, min([tasks, *fits]))
     share = {r: worker[r] * nodes / count for r in packed}
     if not disk_known:

@@ -103,7 +103,7 @@ def test_a_task_share_is_the_stage_allocation_over_the_tasks_that_run_at_once():
         """
     )
     (stage,) = workflow.stages
-    # each takes a core at least (the prior's floor): 8 of the 16 run at once, on 2 nodes
+    # each takes a core at least, as Slurm gives: 8 of the 16 run at once, on 2 nodes
     share = stage_share(stage, Resources(4, 8000, 80000), 16)
     assert share == {"cores": 1.0, "memory": 2000.0, "disk": 20000.0}
     # a node whose disk the batch system does not tell: each task starts with 1 GB
