@@ -416,14 +416,6 @@ CORPUS = [
         items = ["p", "q"]
         count = 2  # <-
         """),
-    case("neither items nor count", "stage.a.tasks", "needs items (one task each) or count", """
-        name = "wf"
-        [[stage]]
-        name = "a"
-        allocation = { cores = 1 }
-        [stage.tasks]  # <-
-        command = "x"
-        """),
     case("empty items", "stage.a.tasks.items", "is empty", """
         name = "wf"
         [[stage]]
@@ -1334,6 +1326,15 @@ def test_validate_holds_python_workflows_to_the_bounds(workflow, field, message)
     with pytest.raises(SpecError) as e:
         validate(workflow)
     assert (e.value.field, message in e.value.message) == (field, True), str(e.value)
+
+
+def test_a_stage_with_neither_items_nor_count_runs_its_command_once():
+    w = loads(
+        'name = "w"\n[[stage]]\nname = "merge"\nallocation = { cores = 1 }\n'
+        'tasks = { command = "cat parts/* > all.txt", outputs = ["all.txt"] }\n'
+    )
+    (only,) = w.stage("merge").expand()
+    assert (w.stages[0].tasks.size, only.id, only.outputs) == (1, "merge.0", ("all.txt",))
 
 
 def test_the_task_count_is_known_without_making_the_tasks():

@@ -70,7 +70,7 @@ class Simulation:
 
 @dataclass(frozen=True, slots=True)
 class TaskTemplate:
-    """A command expanded over ``items`` (or run ``count`` times).
+    """A command expanded over ``items``, or run ``count`` times (once when neither is given).
 
     Resources left at ``None`` are sized by the sizer; declared ones are fixed.
     """
@@ -97,7 +97,9 @@ class TaskTemplate:
     @property
     def size(self) -> int:
         """How many tasks the template makes, counted without making them."""
-        return len(self.items) if self.items is not None else self.count or 0
+        if self.items is not None:
+            return len(self.items)
+        return 1 if self.count is None else self.count
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,12 +329,10 @@ def _allocation_problems(a: Allocation) -> Iterator[checks.Problem]:
 def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
     if t.items is not None and t.count is not None:
         yield ("count",), "give either items or count, not both"
-    elif t.items is None and t.count is None:
-        yield (), "needs items (one task each) or count (that many tasks)"
     elif t.items is None and (used := template.placeholders(t.command) & template.ITEM):
-        yield ("command",), f"{{{min(used)}}} needs items, but this stage has a count"
+        yield ("command",), f"{{{min(used)}}} needs items, but this stage has none"
     elif t.items is None and (used := _item_outputs(t.outputs)):
-        yield ("outputs",), f"{{{min(used)}}} needs items, but this stage has a count"
+        yield ("outputs",), f"{{{min(used)}}} needs items, but this stage has none"
     elif t.size > 1 and (shared := _shared_outputs(t.outputs)):
         i, pattern = shared
         yield (
@@ -343,7 +343,7 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
         )
     else:
         for i, pattern in enumerate(t.outputs):
-            if found := template.clash(pattern, t.count or 0, t.items):
+            if found := template.clash(pattern, t.size, t.items):
                 yield ("outputs", i), _clash_message(pattern, *found)
                 return
             if t.items and (item := _absolute(t.items)) and template.item_within(pattern):
