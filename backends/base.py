@@ -262,13 +262,12 @@ class WorkerPlace:
     """What a backend tells a worker that no batch system tells (local processes): its
     pilot's job id (the one name a pilot has; Slurm's workers read theirs from
     ``$SLURM_JOB_ID``, simulated ones are given it), its own id, its share of the node, when
-    its pilot ends (Unix time) and when it stops taking tasks before, where its sandboxes go."""
+    its pilot ends (Unix time), where its sandboxes go."""
 
     pilot: str
     worker: str
     capacity: Resources
     end_time: float
-    drain_margin_s: float
     root: Path
 
 

@@ -538,6 +538,33 @@ def test_a_first_stage_runs_side_by_side_on_nodes_whose_disk_slurm_does_not_know
     assert max(starts) - min(starts) < 1.5  # one wave, not eight
 
 
+def test_a_pilot_of_a_minute_runs_its_tasks_instead_of_draining_from_its_start(tmp_path, cluster):
+    """A worker stops taking tasks a minute before its job's end, or a tenth of its time if
+    less: with the whole minute, a pilot of `time = "1m"` took none, and each task sent to it
+    came back at once and went out again (324,628 attempts in 5 minutes)."""
+    workflow = loads(
+        textwrap.dedent(
+            """
+            name = "minute"
+            [[stage]]
+            name = "short"
+            allocation = { cores = 2, time = "1m" }
+            tasks = { command = "sleep 1", count = 2, cores = 1, memory = "100M", disk = "10M" }
+            """
+        ),
+        source=tmp_path / "wf.toml",
+    )
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            return await run(workflow, slurm_config(tmp_path, "per-stage"), store, cluster)
+
+    summary, rows = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    assert [a["outcome"] for a in rows["attempts"]] == ["success", "success"]
+    assert len(rows["pilots"]) == 1
+
+
 def test_five_pilot_cancels_lose_no_task_and_complete_none_twice(tmp_path, cluster):
     """100 tasks each append their id to one file and write one output; five running pilots
     are scancelled while their tasks sleep. Every task completes once; each loss is recorded

@@ -354,6 +354,13 @@ class Cluster:
         return agent, worker
 
 
+async def until(condition, timeout):
+    """Wait for ``condition()`` to hold, at most ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
 def timed(path, seconds=0.5):
     """A command that records when it ran."""
     return f"date +%s.%N >> {path}; sleep {seconds}; date +%s.%N >> {path}"
@@ -565,18 +572,56 @@ async def test_strangers_are_refused_and_the_run_goes_on(tmp_path):
 
 
 async def test_a_worker_drains_before_its_pilot_ends(tmp_path):
+    """A tenth of its time at most: a worker of a pilot shorter than the minute's margin
+    drains before its end, not from its start."""
     async with Cluster(tmp_path) as cluster:
-        end = clock.wall() + 1.0
-        _, worker = await cluster.agent(end_time=end, drain_margin_s=0.6)
-        assert worker.end_time == pytest.approx(clock.now() + 1.0, abs=0.2)
+        end = clock.wall() + 4.0
+        _, worker = await cluster.agent(end_time=end, drain_margin_s=60.0)
+        assert worker.end_time == pytest.approx(clock.now() + 4.0, abs=0.2)
         running = worker.run(spec("t", "sleep 30"))
-        await asyncio.sleep(0.6)
-        assert worker.draining and not worker.accepting
+        await asyncio.sleep(3.0)
+        assert worker.accepting
+        await until(lambda: worker.draining, 0.9)
+        assert not worker.accepting
         assert (await worker.run(spec("late", "true"))).outcome is Outcome.LOST
         result = await running  # still running at the end
         assert result.outcome is Outcome.LOST and "time is up" in result.output_tail
         assert await cluster.agents[0] == 0
         assert (await cluster.left.get())[1] == "released: the pilot ends soon"
+
+
+async def test_a_worker_that_began_to_leave_while_no_manager_listened_finishes_its_attempt(
+    tmp_path,
+):
+    """The attempt runs to its end and its result reaches the manager that resumes the run,
+    which is told the worker drains: else it would send it tasks, each refused and sent again
+    at once."""
+    manager_file = tmp_path / "manager"
+    async with Cluster(tmp_path) as cluster:
+        manager_file.write_text(f"127.0.0.1:{cluster.manager.address[1]}")
+        agent, worker = await cluster.agent(manager_file=manager_file)
+        running = worker.run(spec("slow", "sleep 1.5"))
+        await asyncio.sleep(0.2)
+        await cluster.manager.close()  # the manager dies
+        await running
+        agent.drain("the pilot ends soon")
+        await asyncio.sleep(0.2)
+        assert agent.runner.running == 1
+        left = asyncio.Queue()
+        resumed = Manager(
+            SECRET,
+            heartbeat_s=0.1,
+            reattach_s=5.0,
+            on_leave=lambda worker, reason: left.put_nowait((worker, reason)),
+        )
+        key = ("slow", 0)
+        follow = resumed.expect("w1", key, clock.now()).follow(key, clock.now())
+        async with resumed:
+            manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
+            assert (await asyncio.wait_for(follow, 10)).outcome is Outcome.SUCCESS
+            worker, reason = await asyncio.wait_for(left.get(), 5)
+            assert worker.draining and reason == "released: the pilot ends soon"
+        assert await cluster.agents[0] == 0
 
 
 async def test_a_worker_reconnects_to_a_new_manager(tmp_path):

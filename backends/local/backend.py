@@ -58,9 +58,6 @@ from learners.resources import Resources
 log = logging.getLogger(__name__)
 
 MB = 2**20
-DRAIN_FRACTION = 0.1
-"""A worker stops taking tasks this fraction of its pilot's time limit before the end (at
-most the worker's default minute), so that short local pilots still get work."""
 
 Stop = Literal["release", "cancel", "timeout"]
 
@@ -319,7 +316,6 @@ class LocalBackend:
         size = node_share(request.cores, request.nodes, request.memory_mb, self.node)
         assert pilot.start_time is not None
         end = clock.to_epoch(pilot.start_time + request.time_limit_s)
-        drain = min(60.0, DRAIN_FRACTION * request.time_limit_s)
         env = {**os.environ, **self.launch.env}
         pilot_dir = self.run_dir / request.name
         try:
@@ -327,7 +323,7 @@ class LocalBackend:
                 for i in range(request.nodes or 1):
                     worker_id = f"{request.name}.{i}"
                     root = pilot_dir / worker_id
-                    place = WorkerPlace(pilot.job_id, worker_id, size, end, drain, root)
+                    place = WorkerPlace(pilot.job_id, worker_id, size, end, root)
                     command = self.launch.command(place)
                     process = await asyncio.create_subprocess_exec(
                         *command,

@@ -106,7 +106,8 @@ class WorkerOptions:
     """A file holding the manager's ``HOST:PORT``, read again at each attempt to connect: a
     manager that resumes the run writes its own address there."""
     drain_margin_s: float = 60.0
-    """Stop taking tasks this long before ``end_time``."""
+    """Stop taking tasks this long before ``end_time``, or a tenth of the time left when the
+    worker starts, if less (:data:`DRAIN_FRACTION`)."""
     keep_sandboxes: Keep = "failure"
     keep_to: Path | None = None
     """Where kept sandboxes go (the run's directory); None: they stay under ``root``."""
@@ -120,6 +121,10 @@ class WorkerOptions:
     token: str = field(default_factory=new_token)
     """Every task of this worker carries it: what its sentinel kills (:mod:`.lineage`)."""
 
+
+DRAIN_FRACTION = 0.1
+"""The most of its time a worker spends draining: a pilot of a minute would otherwise drain
+from its start and run nothing."""
 
 MODULE = "orchestrator.agent.worker"
 """``python -m MODULE`` runs the agent (``leadtime worker``) without a console script."""
@@ -154,7 +159,7 @@ def place_args(place: WorkerPlace) -> tuple[str, ...]:
         *("--pilot-id", place.pilot, "--worker-id", place.worker),
         *("--cores", repr(place.capacity.cores), "--memory", repr(place.capacity.memory)),
         *("--disk", repr(place.capacity.disk)),
-        *("--end-time", repr(place.end_time), "--drain-margin", repr(place.drain_margin_s)),
+        *("--end-time", repr(place.end_time)),
         *("--root", str(place.root)),
     )
 
@@ -345,6 +350,8 @@ class Agent:
         """Results sent in the last :data:`RESEND_S`: a manager that died may not have kept
         them, and one resuming the run asks for them again."""
         self._released = False
+        self._shut = False
+        """Shut down: its attempts were stopped, and it tells no manager more."""
         self._left = asyncio.Event()
         """Set once the worker is leaving."""
 
@@ -352,7 +359,7 @@ class Agent:
         """Work until released (0), refused (4) or without a manager for too long (3)."""
         timers = self._end_timers()
         try:
-            while not self.leaving:
+            while self._needs_manager():
                 try:
                     connection = await self._connect()
                 except AuthError as e:
@@ -389,6 +396,7 @@ class Agent:
     def shutdown(self, reason: str) -> None:
         """Kill the running tasks and drop the waiting ones (all reported lost), and leave."""
         self.drain(reason)
+        self._shut = True
         self._drop_waiting(f"worker shut down: {reason}")
         self.runner.stop_all(f"worker shut down: {reason}")
 
@@ -398,7 +406,7 @@ class Agent:
         """A registered connection, retrying with backoff; None if we left meanwhile."""
         deadline = clock.now() + self.options.connect_timeout_s
         delay = 0.05
-        while not self.leaving:
+        while self._needs_manager():
             try:
                 host, port = self._address()
                 async with asyncio.timeout(max(0.0, deadline - clock.now())):
@@ -422,6 +430,14 @@ class Agent:
             await clock.sleep(delay)
             delay = min(2 * delay, 5.0)
         return None
+
+    def _needs_manager(self) -> bool:
+        """Whether to look for a manager: until the worker leaves, and while it drains, for
+        as long as it runs attempts or holds results no manager has heard (a drain that
+        began while the manager was away lets what runs finish, for a resumed run)."""
+        if self._released or self._shut:
+            return False
+        return not self.leaving or bool(self.attempts or self.waiting or self._unsent)
 
     def _address(self) -> tuple[str, int]:
         """Where the manager listens: ``--manager-file``'s address, or ``--manager``."""
@@ -492,8 +508,9 @@ class Agent:
             return []
         loop = asyncio.get_running_loop()
         end_loop = clock.from_epoch(end)
+        margin = min(self.options.drain_margin_s, DRAIN_FRACTION * (end_loop - loop.time()))
         return [
-            loop.call_at(end_loop - self.options.drain_margin_s, self.drain, "the pilot ends soon"),
+            loop.call_at(end_loop - margin, self.drain, "the pilot ends soon"),
             loop.call_at(end_loop, self.shutdown, "the pilot's time is up"),
         ]
 
@@ -571,13 +588,18 @@ class Agent:
 
     def _catch_up(self, channel: Channel) -> None:
         """Tell a manager we registered with what it may not know: the results of attempts
-        that ended while no manager listened or shortly before, then what still runs."""
+        that ended while no manager listened or shortly before, what still runs, and that
+        we are leaving if we began to while none listened (else it would send us tasks, each
+        refused and sent again at once)."""
         recent = {(r.task_id, r.attempt): r for t, r in self._sent if t >= clock.now() - RESEND_S}
         unsent, self._unsent = self._unsent, {}
         for result in {**recent, **unsent}.values():
             channel.post("result", protocol.result_item(result))
         here = [*self.attempts, *self.waiting]
         channel.send("attached", items=[protocol.key_item(*key) for key in here])
+        if self.leaving is not None:
+            channel.send("draining", reason=self.leaving)
+            self._leave_if_idle()
 
     def _leave_if_idle(self) -> None:
         channel = self._channel
@@ -667,7 +689,11 @@ def command(
         ),
     ] = 600.0,
     drain_margin: Annotated[
-        float, typer.Option(help="Stop taking tasks this many seconds before the pilot ends.")
+        float,
+        typer.Option(
+            help="Stop taking tasks this many seconds before the pilot ends (at most a tenth "
+            "of the time left when the worker starts)."
+        ),
     ] = 60.0,
     keep_sandboxes: Annotated[
         str, typer.Option(metavar="never|failure|always", help="Which attempts' sandboxes to keep.")
