@@ -416,17 +416,19 @@ def successful_attempts(workflow, tmp_path) -> list[dict]:
     return attempts
 
 
-def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path):
+@pytest.mark.parametrize("memory", ["", 'memory = "1G", '])
+def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path, memory):
     """No cores, memory or disk declared: the first tasks start from their share of the
-    stage's allocation (allocation / task count) and at least a core each, as many at once
-    as that fits, not one per worker."""
+    stage's allocation (allocation / the tasks that run at once) and at least a core each,
+    as many at once as that fits, not one per worker; with less than a gigabyte per core,
+    the share, not the prior's gigabyte floor, which ran them one at a time."""
     workflow = loads(
-        """
+        f"""
         name = "undeclared"
         [[stage]]
         name = "many"
-        allocation = { cores = 2, time = "5m" }
-        tasks = { command = "sleep 2", count = 20 }
+        allocation = {{ cores = 2, {memory}time = "5m" }}
+        tasks = {{ command = "sleep 2", count = 20 }}
         """
     )
 
@@ -434,9 +436,8 @@ def test_a_stage_without_declared_sizes_starts_its_tasks_side_by_side(tmp_path):
     first = attempts[0]["allocation"]
     fit = min(int(2 / first["cores"] + 1e-9), 20)  # tasks the prior fits on the stage's cores
     assert fit == 2  # one core each until the category has records
-    starts = [a["start_t"] for a in attempts]
-    at_once = max(sum(b["start_t"] <= t < b["end_t"] for b in attempts) for t in starts)
-    assert at_once >= fit
+    first_wave = sorted(attempts, key=lambda a: a["start_t"])[:fit]
+    assert max(a["start_t"] for a in first_wave) < min(a["end_t"] for a in first_wave)
 
 
 def test_a_new_category_is_not_sized_by_another_categorys_tiny_peaks(tmp_path):

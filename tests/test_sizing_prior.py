@@ -18,12 +18,13 @@ def test_the_share_of_the_stage_sizes_the_first_wave_with_at_least_a_core():
 
 def test_tiny_peaks_of_another_category_do_not_size_a_new_one():
     """A user's stage of ``wc | sleep`` tasks got another category's 3.23 MB and 0.01 cores:
-    a new category gets at least its share of the stage and the floor."""
+    a new category gets at least its share of the stage, and the floor where the share
+    allows it (a stage that gives its tasks less than the floor was sized so)."""
     sizer = make_sizer("select", worker=WORKER)
     sizer.observe(Record(TaskFeatures("wc"), Resources(0.004, 3.23, 0.1, 2)))
-    small = {"cores": 0.2, "memory": 400.0, "disk": 8000.0}  # a stage too small for the floor
+    small = {"cores": 0.2, "memory": 400.0, "disk": 8000.0}  # less memory than the floor
     first = sizer.allocate(TaskFeatures("sleep", share=small))
-    assert first == Resources(1, PRIOR_FLOOR["memory"], 8000)
+    assert first == Resources(1, 400, 8000)
     alone = sizer.allocate(TaskFeatures("other"))  # no share: the floor
     assert alone == Resources(1, PRIOR_FLOOR["memory"], PRIOR_FLOOR["disk"])
 

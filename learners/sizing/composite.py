@@ -15,10 +15,11 @@ should decide alone:
 - with ``prior``, a category's first tasks start from what is known instead of a
   whole worker: the task's request, else the larger of the workflow's other
   categories' largest peak and the task's share of its stage's allocation, never
-  below :data:`PRIOR_FLOOR`; an attempt killed before the category's first record
-  doubles the start of the category's later tasks; where nothing tells a size (no
-  request, no stage share, no other category), the category starts slowly, its
-  running attempts growing with its records (:meth:`Composite.ready`).
+  below :data:`PRIOR_FLOOR` (or, for memory and disk, the share if less); an attempt
+  killed before the category's first record doubles the start of the category's later
+  tasks; where nothing tells a size (no request, no stage share, no other category),
+  the category starts slowly, its running attempts growing with its records
+  (:meth:`Composite.ready`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ PRIOR_FLOOR: dict[Resource, float] = {"cores": 1.0, "memory": 1024.0, "disk": 10
 """The least a category's first tasks get from the prior when the user asks for nothing: one
 core (Slurm's and Nextflow's default per task) and a gigabyte of memory and of disk, so that
 a category learns from its own records before it gets less than another category's tiny
-peaks."""
+peaks; no more memory or disk than the task's share of its stage, which the user sized (a
+stage of 2 cores and 1 GB ran its first tasks one at a time, each with the gigabyte)."""
 PROBES = 4
 """Attempts of a category with nothing but its own records to size them by that run at once
 before its first record, and more that may run per record (:meth:`Composite.ready`)."""
@@ -296,10 +298,13 @@ class Composite:
                 out[r] = task.requested[r]
                 continue
             known = [v for c, v in self._top[r].items() if c != task.category]
+            floor = PRIOR_FLOOR.get(r, 0.0)
             if r in task.share:
                 known.append(task.share[r])
+                if r != "cores":  # one core, as Slurm gives
+                    floor = min(floor, task.share[r])
             if known:
-                out[r] = max(*known, PRIOR_FLOOR.get(r, 0.0))
+                out[r] = max(*known, floor)
         return out
 
     def capacity(self, task: TaskFeatures) -> Resources:
