@@ -216,7 +216,16 @@ async def resume(store: Store, run_id: str, *, observer: Observer | None = None)
         where = f" (pid {manager.pid} on {manager.host})" if manager else ""
         raise ResumeError(f"run {run_id} is running: its manager{where} is alive")
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
-        raise ResumeError(f"run {run_id} is {state}: nothing to resume")
+        workflow = run["source"] or "the workflow"
+        again = {
+            RunState.DONE: "",
+            RunState.FAILED: f"; `leadtime status {run_id}` says why: fix that, and run "
+            f"{workflow} again",
+        }.get(state, f"; run {workflow} again")
+        raise ResumeError(
+            f"run {run_id} is {state}: nothing to resume (resume takes up a run whose manager "
+            f"died or was interrupted){again}"
+        )
     if simulated(run.get("backend") or ""):
         raise ResumeError(
             f"run {run_id} ran on the simulated cluster, which lived in its manager: run it again"

@@ -248,6 +248,26 @@ def test_resume_without_a_run_id_wants_exactly_one_run_to_resume(tmp_path, cli):
     assert "Traceback" not in done.output
 
 
+def test_resume_tells_what_to_do_with_a_run_that_failed_or_ended(tmp_path, cli):
+    async def record() -> None:
+        async with await Store.open(tmp_path / "store.db") as store:
+            for run_id, status in (("broke", "failed"), ("over", "done"), ("ended", "cancelled")):
+                await store.put("runs", {"run_id": run_id}, workflow="w", backend="local",
+                                status=status, source="wf.toml", created=0.0)  # fmt: skip
+
+    clock.run(record(), virtual=False)
+    done = {run_id: cli("resume", run_id) for run_id in ("broke", "over", "ended")}
+    assert {d.exit_code for d in done.values()} == {2}
+    said = {run_id: " ".join(d.output.split()) for run_id, d in done.items()}
+    failed = (
+        "run broke is failed: nothing to resume (resume takes up a run whose manager died or "
+        "was interrupted); `leadtime status broke` says why: fix that, and run wf.toml again"
+    )
+    assert failed in said["broke"]
+    assert said["over"].endswith("died or was interrupted)")
+    assert said["ended"].endswith("interrupted); run wf.toml again")
+
+
 def test_a_run_on_the_simulated_cluster_is_not_resumed(tmp_path, cli):
     async def record() -> None:
         async with await Store.open(tmp_path / "store.db") as store:
