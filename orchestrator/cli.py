@@ -9,7 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -47,12 +47,14 @@ from orchestrator.report import (
 from orchestrator.runrecord import RunRecord
 from orchestrator.runstatus import run_status
 from orchestrator.session import (
+    TAKEN_UP,
     ResumeError,
     RunConfig,
     RunDirs,
     SetupError,
     collect_less,
     execute,
+    last_run,
     new_run_id,
     resumable,
 )
@@ -288,8 +290,10 @@ def run(
         bool,
         typer.Option(
             "--resume",
-            help="Take up the last run of this workflow file whose manager died or was "
-            "interrupted, where it stopped (as `leadtime resume RUN`); else start a new one.",
+            help="Take up the last run of this workflow file where it stopped, if its "
+            "manager died, it was interrupted or it failed (as `leadtime resume RUN`), with "
+            "the file as it is now: a stage whose tasks changed runs again, with the stages "
+            "after it; else start a new run.",
         ),
     ] = False,
     seed: Seed = 0,
@@ -320,10 +324,15 @@ def run(
         **_sizer(sizer),
         unit=_unit(unit),
     )
-    if resume and (previous := _resumable(db, workflow)):
-        run_id = str(previous[0]["run_id"])
-        err.print(f"resuming run {run_id} of {file}", highlight=False, markup=False)
-        summary = _resume(run_id, db, dashboard=not (quiet or json_))
+    last = _last_run(db, workflow) if resume else None
+    if last is not None and runs.state(last) in TAKEN_UP:
+        run_id, state = str(last["run_id"]), runs.state(last)
+        how = {
+            runs.RunState.FAILED: ", which failed,",
+            runs.RunState.INTERRUPTED: ", which was interrupted,",
+        }.get(state, "")
+        err.print(f"resuming run {run_id}{how} of {file}", highlight=False, markup=False)
+        summary = _resume(run_id, db, dashboard=not (quiet or json_), edited=workflow)
     else:
         summary = _run(workflow, config, db, dashboard=not (quiet or json_))
     if config.backend.workers is Workers.SIMULATED and not json_:
@@ -414,15 +423,18 @@ def _start(
         fail(f"{e.system}: {e}")
 
 
-def _resumable(db: Path | None, workflow: Workflow | None = None) -> list[dict[str, Any]]:
-    """The runs in the store that can be resumed, newest first (of ``workflow`` if given)."""
+T = TypeVar("T")
+
+
+def _read_store(db: Path | None, read: Callable[[Store], Awaitable[T]], empty: T) -> T:
+    """What ``read`` finds in the store (``empty`` if there is no store yet)."""
     path = db or default_path()
     if not path.exists():
-        return []
+        return empty
 
     async def main():
         async with await Store.open(path, readonly=True) as store:
-            return await resumable(store, workflow)
+            return await read(store)
 
     try:
         return clock.run(main(), virtual=False)
@@ -430,9 +442,14 @@ def _resumable(db: Path | None, workflow: Workflow | None = None) -> list[dict[s
         fail(str(e))
 
 
+def _last_run(db: Path | None, workflow: Workflow) -> dict[str, Any] | None:
+    """The newest run in the store of ``workflow``'s file."""
+    return _read_store(db, lambda store: last_run(store, workflow), None)
+
+
 def _the_resumable(db: Path | None) -> str:
     """The one run of the store that can be resumed: refused if there is none, or several."""
-    found = _resumable(db)
+    found = _read_store(db, resumable, [])
     if not found:
         fail(
             f"{db or default_path()}: no run to resume (none lost its manager or was "
@@ -450,9 +467,11 @@ def _the_resumable(db: Path | None) -> str:
     return str(run["run_id"])
 
 
-def _resume(run_id: str, db: Path | None, *, dashboard: bool) -> RunSummary:
+def _resume(
+    run_id: str, db: Path | None, *, dashboard: bool, edited: Workflow | None = None
+) -> RunSummary:
     return _start(
-        lambda store, view: resume_run(store, run_id, observer=view),
+        lambda store, view: resume_run(store, run_id, edited=edited, observer=view),
         run_id,
         db,
         real=True,
@@ -465,19 +484,21 @@ def resume(
     run_id: Annotated[
         str | None,
         typer.Argument(
-            help="The run (see `leadtime status`); without it, the store's one run that can be "
-            "resumed."
+            help="The run (see `leadtime status`); without it, the store's one run whose "
+            "manager died or that was interrupted."
         ),
     ] = None,
     db: Db = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
     quiet: Annotated[bool, typer.Option(help="No live dashboard.")] = False,
 ) -> None:
-    """Take up a run whose manager died (or was interrupted) where it stopped.
+    """Take up a run where it stopped: its manager died, it was interrupted, or it failed.
 
     Nothing that finished runs again; pilots still queued or running are taken over, and
-    their workers carry on with the tasks they were running. Refused while the run's manager
-    is alive.
+    their workers carry on with the tasks they were running. A failed run's tasks that did
+    not finish get their attempts anew: fix what failed first (to take it up with its
+    workflow file as edited since, `leadtime run FILE --resume`). Refused while the run's
+    manager is alive.
     """
     _existing(db)
     if run_id is None:

@@ -235,9 +235,10 @@ class Engine:
         return self.summary()
 
     def restore(self, saved: SavedRun) -> None:
-        """Take up a run whose manager died, as the store left it: what is done stays done,
-        attempts that were running are awaited from their workers, pilots are taken over
-        (by :meth:`run`, before anything else)."""
+        """Take up a run whose manager died (or that was interrupted, or failed), as the
+        store left it: what is done stays done (but in the stages ``saved.again``), attempts
+        that were running are awaited from their workers, pilots are taken over (by
+        :meth:`run`, before anything else)."""
         state = self.state
         state.t0 = clock.now() - (clock.wall() - saved.run["created"])
         self._tick()
@@ -518,7 +519,14 @@ class Engine:
                     self.state.stages[name].earlier = found
         manager = {"manager": Manager.this().as_json(), "heartbeat": clock.wall()}
         if self._restored is not None:
-            self.recorder.run(status=str(Status.RUNNING), **manager)
+            text = self._record.get("workflow_text")  # as this manager runs it (maybe edited)
+            self.recorder.run(
+                status=str(Status.RUNNING),
+                error=None,
+                ended=None,
+                **({"workflow_text": text} if text else {}),
+                **manager,
+            )
             await self.recorder.flush()
             self.recorded = True
             return

@@ -107,6 +107,9 @@ class SavedRun:
     attempts: list[dict[str, Any]]
     pilots: list[dict[str, Any]]
     waits: list[dict[str, Any]]
+    again: frozenset[str] = frozenset()
+    """Stages whose tasks changed in the workflow since the run recorded it: they run again
+    from their beginning (see :func:`orchestrator.session.resume`)."""
 
     @classmethod
     async def load(cls, store: Store, run_id: str) -> SavedRun | None:

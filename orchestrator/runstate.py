@@ -298,8 +298,11 @@ class RunState:
 
     def restore(self, saved: SavedRun) -> list[PilotRun]:
         """The run as the store left it: what is done stays done (unless a later stage still
-        needs its outputs, which are gone), attempts that were running are expected from
-        their workers (:attr:`expected`); its pilots, to be taken over."""
+        needs its outputs, which are gone, or its stage is one of ``saved.again``, whose
+        tasks changed), attempts that were running are expected from their workers
+        (:attr:`expected`); its pilots, to be taken over. A run that failed is taken up with
+        its stages open again, and each task not done gets its ``max_attempts`` anew."""
+        retried, again = saved.run["status"] == Status.FAILED, saved.again
         tasks = {row["task_id"]: row for row in saved.tasks}
         for row in saved.attempts:
             self._restore_attempt(row)
@@ -307,10 +310,14 @@ class RunState:
         for stage in self.stages.values():
             for task in stage.tasks:
                 row = tasks.get(task.task.id, {})
+                done = row.get("state") == TaskState.DONE and stage.spec.name not in again
+                if not done and (retried or stage.spec.name in again):
+                    task.failures = 0  # counted from the attempts; anew, as crashes are
+                    continue
                 task.crashes = row.get("crashes") or 0
                 if (beside := row.get("beside")) is not None:
                     task.beside = frozenset(beside)
-                if row.get("state") != TaskState.DONE:
+                if not done:
                     continue
                 gone = phases[stage.spec.name].open and footprint.missing(
                     self.workdir, task.task.outputs
@@ -324,10 +331,24 @@ class RunState:
                 stage.done += 1
         for row in saved.stages:
             stage = self.stages[row["stage"]]
+            if row["stage"] in again:  # from its beginning, once the stages before it are done
+                continue
             stage.phase = Phase(row["state"])
             stage.ready_t, stage.start_t, stage.end_t = row["ready_t"], row["start_t"], row["end_t"]
+            if stage.phase == Phase.FAILED:  # in a run that failed, taken up again
+                stage.phase = Phase.READY if stage.start_t is None else Phase.RUNNING
+                stage.end_t = None
             if stage.phase in (Phase.READY, Phase.RUNNING):
                 self._enqueue(stage)
+        if retried:
+            self.note("taken up after it failed: the tasks not done get their attempts anew")
+        if again:
+            names = sorted(again)
+            which = f"stage {names[0]} runs" if len(names) == 1 else f"stages {listing(names)} run"
+            self.note(
+                f"{which} again from the beginning: the workflow's file changed what runs "
+                "there, or in a stage before"
+            )
         hits = {row["pilot_id"]: row["hit"] for row in saved.waits}
         return [self._restore_pilot(row, hits.get(row["pilot_id"])) for row in saved.pilots]
 

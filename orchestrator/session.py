@@ -44,6 +44,7 @@ from orchestrator.sizing_state import SizingState, stage_share
 from orchestrator.store import Store
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, NoQueue, QueueWaits
+from workflows.changes import Reshaped, changed_stages
 from workflows.spec import Task, Workflow, loads
 
 YOUNG_COLLECTION = 50_000
@@ -203,9 +204,22 @@ class ResumeError(Exception):
     """A run that cannot be resumed or cancelled, and why (a user's mistake: exit 2)."""
 
 
-async def resume(store: Store, run_id: str, *, observer: Observer | None = None) -> RunSummary:
-    """Take over run ``run_id``, whose manager died (or was interrupted), where it stopped:
-    nothing that finished runs again; live pilots and their running attempts carry on."""
+TAKEN_UP = (RunState.MANAGER_GONE, RunState.INTERRUPTED, RunState.FAILED)
+"""The runs ``resume`` takes up: their manager died, they were interrupted, or they failed."""
+
+
+async def resume(
+    store: Store,
+    run_id: str,
+    *,
+    edited: Workflow | None = None,
+    observer: Observer | None = None,
+) -> RunSummary:
+    """Take over run ``run_id`` where it stopped: its manager died, it was interrupted, or it
+    failed (its tasks not done get their attempts anew). Nothing that finished runs again;
+    live pilots and their running attempts carry on. With ``edited`` (the run's workflow
+    file as it is now, fixed after a failure), the stages whose tasks changed run again,
+    with every stage after them (:func:`workflows.changes.changed_stages`)."""
     saved = await SavedRun.load(store, run_id)
     if saved is None:
         raise ResumeError(f"no run {run_id} in the store")
@@ -215,16 +229,11 @@ async def resume(store: Store, run_id: str, *, observer: Observer | None = None)
         manager = runs.Manager.of(run.get("manager"))
         where = f" (pid {manager.pid} on {manager.host})" if manager else ""
         raise ResumeError(f"run {run_id} is running: its manager{where} is alive")
-    if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
-        workflow = run["source"] or "the workflow"
-        again = {
-            RunState.DONE: "",
-            RunState.FAILED: f"; `leadtime status {run_id}` says why: fix that, and run "
-            f"{workflow} again",
-        }.get(state, f"; run {workflow} again")
+    if state not in TAKEN_UP:
+        again = "" if state is RunState.DONE else f"; run {run['source'] or 'the workflow'} again"
         raise ResumeError(
             f"run {run_id} is {state}: nothing to resume (resume takes up a run whose manager "
-            f"died or was interrupted){again}"
+            f"died, was interrupted or failed){again}"
         )
     if simulated(run.get("backend") or ""):
         raise ResumeError(
@@ -235,6 +244,23 @@ async def resume(store: Store, run_id: str, *, observer: Observer | None = None)
     config = recorded_config(run)
     source = run["source"] or "<string>"
     workflow = loads(run["workflow_text"], source=source, scale=run["scale"])
+    text = None if edited is None else _text(edited)
+    if text is not None and text != run["workflow_text"]:
+        if state is RunState.MANAGER_GONE:
+            raise ResumeError(
+                f"{source} changed since run {run_id} recorded it, and the run's pilots may "
+                f"still run its tasks as they were: take it up as recorded (leadtime resume "
+                f"{run_id}), or cancel it (leadtime cancel {run_id}) and run {source} again"
+            )
+        recorded, workflow = workflow, loads(text, source=source, scale=run["scale"])
+        try:
+            again = changed_stages(recorded, workflow)
+        except Reshaped as e:
+            raise ResumeError(
+                f"{source} changed since run {run_id} recorded it: {e}; resume needs the same "
+                f"stages and tasks (run {source} without --resume to start afresh)"
+            ) from None
+        saved = replace(saved, run={**run, "workflow_text": text}, again=again)
     return await execute(workflow, config, store, observer=observer, saved=saved)
 
 
@@ -251,17 +277,21 @@ def recorded_config(run: dict[str, Any]) -> RunConfig:
         ) from e
 
 
-async def resumable(store: Store, workflow: Workflow | None = None) -> list[dict[str, Any]]:
-    """The runs that can be resumed (their manager died or was interrupted), newest first;
-    only those of ``workflow`` (the same file) if given."""
-    where = {} if workflow is None else {"workflow": workflow.name}
-    source = None if workflow is None or workflow.source is None else str(workflow.source)
+async def resumable(store: Store) -> list[dict[str, Any]]:
+    """The runs whose manager died or that were interrupted, newest first: those that
+    ``leadtime resume`` takes up without being named (a failed one must be named)."""
     return [
         run
-        for run in await store.rows("runs", where, order="created DESC")
-        if (workflow is None or run["source"] == source)
-        and runs.state(run) in (RunState.MANAGER_GONE, RunState.INTERRUPTED)
+        for run in await store.rows("runs", order="created DESC")
+        if runs.state(run) in (RunState.MANAGER_GONE, RunState.INTERRUPTED)
     ]
+
+
+async def last_run(store: Store, workflow: Workflow) -> dict[str, Any] | None:
+    """The newest run of ``workflow``'s file, whatever became of it."""
+    source = None if workflow.source is None else str(workflow.source)
+    found = await store.rows("runs", {"workflow": workflow.name}, order="created DESC")
+    return next((run for run in found if run["source"] == source), None)
 
 
 async def cancel(store: Store, run_id: str) -> list[str]:
@@ -424,7 +454,7 @@ async def _execute(
         run_dir=dirs.run_dir,
         record={
             "options": config_json(replace(config, workdir=dirs.workdir)),
-            "workflow_text": _text(workflow),
+            "workflow_text": saved.run["workflow_text"] if saved else _text(workflow),
             "cluster": cluster,
         },
     )

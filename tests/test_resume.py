@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from crash import Crash
+from crash import LEADTIME, Crash
 
 from backends import clock
 from orchestrator.store import Store
@@ -248,24 +248,121 @@ def test_resume_without_a_run_id_wants_exactly_one_run_to_resume(tmp_path, cli):
     assert "Traceback" not in done.output
 
 
-def test_resume_tells_what_to_do_with_a_run_that_failed_or_ended(tmp_path, cli):
+def test_resume_tells_what_to_do_with_a_run_that_ended(tmp_path, cli):
     async def record() -> None:
         async with await Store.open(tmp_path / "store.db") as store:
-            for run_id, status in (("broke", "failed"), ("over", "done"), ("ended", "cancelled")):
+            for run_id, status in (("over", "done"), ("ended", "cancelled")):
                 await store.put("runs", {"run_id": run_id}, workflow="w", backend="local",
                                 status=status, source="wf.toml", created=0.0)  # fmt: skip
 
     clock.run(record(), virtual=False)
-    done = {run_id: cli("resume", run_id) for run_id in ("broke", "over", "ended")}
+    done = {run_id: cli("resume", run_id) for run_id in ("over", "ended")}
     assert {d.exit_code for d in done.values()} == {2}
     said = {run_id: " ".join(d.output.split()) for run_id, d in done.items()}
-    failed = (
-        "run broke is failed: nothing to resume (resume takes up a run whose manager died or "
-        "was interrupted); `leadtime status broke` says why: fix that, and run wf.toml again"
+    assert said["over"].endswith(
+        "run over is done: nothing to resume (resume takes up a run whose manager died, was "
+        "interrupted or failed)"
     )
-    assert failed in said["broke"]
-    assert said["over"].endswith("died or was interrupted)")
-    assert said["ended"].endswith("interrupted); run wf.toml again")
+    assert said["ended"].endswith("interrupted or failed); run wf.toml again")
+
+
+FLAKY = """
+name = "flaky"
+[[stage]]
+name = "a"
+allocation = { cores = 2, time = "5m" }
+[stage.tasks]
+command = '''if [ {index} = 2 ] && [ ! -e fixed ]; then exit 3; fi
+echo a{index} >> ran; echo {index} > a{index}.txt'''
+count = 4
+max_attempts = 1
+outputs = ["a{index}.txt"]
+[[stage]]
+name = "b"
+allocation = { cores = 1, time = "5m" }
+[stage.tasks]
+command = "echo b >> ran; cat a*.txt | wc -l > total"
+outputs = ["total"]
+max_attempts = 1
+"""
+
+
+def leadtime(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*LEADTIME, *args, "--db", str(tmp_path / "db")],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def failed_run(tmp_path, workflow: str) -> str:
+    """The id of a run of ``workflow`` (wf.toml in ``tmp_path``), which failed."""
+    (tmp_path / "wf.toml").write_text(workflow)
+    first = leadtime(tmp_path, "run", "wf.toml", "--backend", "local", "--json")
+    assert first.returncode == 1, first.stderr
+    summary = json.loads(first.stdout)
+    assert summary["status"] == "failed"
+    return summary["run_id"]
+
+
+def resumed_with(tmp_path, edited: str) -> str:
+    """What ``leadtime run wf.toml --resume`` says, with wf.toml now ``edited``; it succeeds."""
+    (tmp_path / "wf.toml").write_text(edited)
+    again = leadtime(tmp_path, "run", "wf.toml", "--backend", "local", "--resume")
+    assert again.returncode == 0, again.stderr
+    return " ".join((again.stderr + again.stdout).split())
+
+
+def ran(tmp_path) -> list[str]:
+    return sorted((tmp_path / "ran").read_text().split())
+
+
+def test_a_failed_run_taken_up_after_a_fix_runs_only_what_did_not_finish(tmp_path):
+    """Fixed outside the workflow (an input made): resume takes the run up as recorded, and
+    the task that failed gets its attempts anew; what finished does not run again."""
+    run_id = failed_run(tmp_path, FLAKY)
+    assert ran(tmp_path) == ["a0", "a1", "a3"]
+    (tmp_path / "fixed").touch()
+    again = leadtime(tmp_path, "resume", run_id, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["status"] == "done"
+    assert ran(tmp_path) == ["a0", "a1", "a2", "a3", "b"]
+    assert (tmp_path / "total").read_text().strip() == "4"
+    assert "done" in leadtime(tmp_path, "status", run_id).stdout
+
+
+def test_run_resume_takes_up_a_failed_run_with_its_file_as_edited(tmp_path):
+    """A mistake in a command, fixed in the file: `run --resume` takes the run up with the
+    file as it is now, and runs again the stage whose tasks changed; the stages before it
+    keep what they finished."""
+    run_id = failed_run(tmp_path, FLAKY.replace("[ ! -e fixed ]", "false").replace(
+        "> total", "> totl"))  # fmt: skip
+    assert ran(tmp_path) == ["a0", "a1", "a2", "a3", "b"]
+    said = resumed_with(tmp_path, FLAKY.replace("[ ! -e fixed ]", "false"))
+    assert f"resuming run {run_id}, which failed, of wf.toml" in said
+    assert "stage b runs again from the beginning: the workflow's file changed what runs" in said
+    assert ran(tmp_path) == ["a0", "a1", "a2", "a3", "b", "b"]
+    assert (tmp_path / "total").read_text().strip() == "4"
+
+
+def test_an_edit_runs_again_the_stage_it_changed_and_the_stages_after_it(tmp_path):
+    run_id = failed_run(tmp_path, FLAKY)
+    said = resumed_with(tmp_path, FLAKY.replace("[ ! -e fixed ]", "false"))
+    assert f"resuming run {run_id}, which failed" in said
+    assert "stages a and b run again from the beginning" in said
+    assert ran(tmp_path) == ["a0", "a0", "a1", "a1", "a2", "a3", "a3", "b"]
+
+
+def test_an_edit_of_the_workflows_shape_is_refused_and_runs_nothing(tmp_path):
+    run_id = failed_run(tmp_path, FLAKY)
+    (tmp_path / "wf.toml").write_text(FLAKY.replace("count = 4", "count = 5"))
+    again = leadtime(tmp_path, "run", "wf.toml", "--backend", "local", "--resume")
+    assert again.returncode == 2, again.stderr
+    assert (
+        f"wf.toml changed since run {run_id} recorded it: stage a has 5 tasks, the run's had 4; "
+        "resume needs the same stages and tasks (run wf.toml without --resume to start afresh)"
+    ) in " ".join(again.stderr.split())
+    assert ran(tmp_path) == ["a0", "a1", "a3"]
+    assert "failed" in leadtime(tmp_path, "status", run_id).stdout
 
 
 def test_a_run_on_the_simulated_cluster_is_not_resumed(tmp_path, cli):

@@ -55,7 +55,8 @@ class Rows:
                 if table == name
             ]
 
-        return SavedRun(*map(rows, ("runs", "stages", "tasks", "attempts")), [], [])
+        run = next(iter(rows("runs")), {"status": "running"})  # the engine writes its row
+        return SavedRun(run, *map(rows, ("stages", "tasks", "attempts")), [], [])
 
 
 def new_state(text: str) -> tuple[RunState, Rows]:
