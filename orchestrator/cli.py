@@ -103,9 +103,9 @@ Scale = Annotated[
 ]
 
 
-def fail(message: str, code: int = 2, quoted: Sequence[str] = ()) -> NoReturn:
+def fail(message: str, code: int = 2, quoted: Sequence[str] = (), hint: str = "") -> NoReturn:
     """Print ``message`` on one line, then the ``quoted`` lines (a task's output) indented,
-    and exit with ``code``.
+    then ``hint`` (what to do), and exit with ``code``.
 
     The message may quote the user's text: it is printed literally, never read as markup,
     and control characters come out escaped, so a file cannot drive the terminal.
@@ -113,6 +113,8 @@ def fail(message: str, code: int = 2, quoted: Sequence[str] = ()) -> NoReturn:
     err.print(Text.assemble(("error:", "bold red"), " ", _printable(message)), soft_wrap=True)
     for line in quoted:
         err.print(Text("  " + _printable(line)), soft_wrap=True)
+    if hint:
+        err.print(Text(_printable(hint)), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -342,7 +344,7 @@ def run(
             highlight=False,
             markup=False,
         )
-    _report(summary, json_)
+    _report(summary, json_, taken_up=None if config.backend.workers.simulated else str(file))
 
 
 def _backend(
@@ -359,15 +361,23 @@ def _backend(
         fail(str(e))
 
 
-def _report(summary: RunSummary, json_: bool) -> None:
-    """The figures of a run that ended, and its exit: 1 when it did not succeed."""
+def _report(summary: RunSummary, json_: bool, *, taken_up: str | None = "FILE") -> None:
+    """The figures of a run that ended, and its exit: 1 when it did not succeed; how to take
+    it up once fixed, if it failed where ``resume`` can (``taken_up``: its workflow file)."""
     if json_:
         out.print_json(json.dumps(summary.as_json()))
     else:
         out.print(run_table(summary))
     if summary.status != "done":
         first, *quoted = (summary.error or "").splitlines() or [""]
-        fail(f"run {summary.run_id} {summary.status}: {first}", code=1, quoted=quoted)
+        hint = (
+            f"once its cause is fixed, `leadtime resume {summary.run_id}` takes it up without "
+            f"running again what finished (`leadtime run {taken_up} --resume` if you fixed "
+            "the workflow file)"
+            if taken_up is not None and summary.status == "failed"
+            else ""
+        )
+        fail(f"run {summary.run_id} {summary.status}: {first}", code=1, quoted=quoted, hint=hint)
 
 
 Start = Callable[[Store, Observer | None], Awaitable[RunSummary]]

@@ -291,11 +291,12 @@ def test_a_failed_run_quotes_its_task_s_output_a_line_each_and_escaped(tmp_path)
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 1
-    lines = done.stderr.splitlines()[-4:]
+    *lines, hint = done.stderr.splitlines()[-5:]
     assert lines[0].startswith("error: run ") and lines[0].endswith(
         "failed: task bad.0: failed 1 time (exit code 3): [stdout]"
     )
     assert lines[1:] == ["  working", "  [stderr]", "  oops\\x1b[2J"]  # escaped: inert
+    assert hint.startswith("once its cause is fixed, `leadtime resume ")
 
 
 def test_leadtime_run_backend_local(tmp_path):
