@@ -12,6 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from backends.registry import simulated
 from orchestrator import human
 from orchestrator.compare import Row, normalised
 from orchestrator.human import duration, offset, relative
@@ -235,6 +236,9 @@ def _liveness(status: Mapping[str, Any], now: float) -> str:
     elif state == "manager gone":
         run = status["run_id"]
         said += f": `leadtime resume {run}` takes it up, `leadtime cancel {run}` ends it"
+    elif state in ("interrupted", "failed") and not simulated(status.get("backend") or ""):
+        fixed = "once its cause is fixed, " if state == "failed" else ""
+        said += f": {fixed}`leadtime resume {status['run_id']}` takes it up"
     if not status["figures_recorded"]:
         said += "; figures so far, from what the store holds"
     return said

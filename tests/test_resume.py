@@ -321,6 +321,8 @@ def test_a_failed_run_taken_up_after_a_fix_runs_only_what_did_not_finish(tmp_pat
     the task that failed gets its attempts anew; what finished does not run again."""
     run_id = failed_run(tmp_path, FLAKY)
     assert ran(tmp_path) == ["a0", "a1", "a3"]
+    status = " ".join(leadtime(tmp_path, "status", run_id).stdout.split())
+    assert f"failed: once its cause is fixed, `leadtime resume {run_id}` takes it up" in status
     (tmp_path / "fixed").touch()
     again = leadtime(tmp_path, "resume", run_id, "--json")
     assert again.returncode == 0, again.stderr
