@@ -10,7 +10,7 @@ import pytest
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
 from learners.sizing.base import Running
-from learners.sizing.budget import BudgetCategory
+from learners.sizing.budget import UNTIMED_CORES, BudgetCategory
 
 
 def record(memory: float, cores: float = 1.0) -> Record:
@@ -220,12 +220,13 @@ def test_the_moving_kill_share_spans_the_attempts_running_at_once():
 
 
 def test_records_that_ran_no_time_size_cores_only_until_one_that_ran_comes():
-    """A task that ran 0 s measured no use of its cores (CPU time over no wall time)."""
+    """A task that ran 0 s measured no use of its cores (CPU time over no wall time): it
+    counts one core at most, what Slurm gives a task unasked."""
     category = BudgetCategory(("cores", "memory"))
     untimed = Record(TaskFeatures("a"), Resources(2.0, 300.0, 100.0, 0.0))
     category.observe(untimed)
-    assert category.first(TaskFeatures("a"))["cores"] == 2.0  # nothing better known
-    category.observe(record(300.0, cores=1.0))
+    assert category.first(TaskFeatures("a"))["cores"] == UNTIMED_CORES == 1.0
+    category.observe(record(300.0, cores=1.5))
     category.observe(untimed)
-    assert category.first(TaskFeatures("a"))["cores"] == 1.0
+    assert category.first(TaskFeatures("a"))["cores"] == 1.5
     assert category.peaks["memory"].n == 3  # its memory is a measure all the same
