@@ -20,7 +20,7 @@ from rich.text import Text
 from backends import clock
 from backends.base import BackendError, SubmitError
 from backends.options import Workers
-from backends.registry import BACKENDS
+from backends.registry import BACKENDS, simulated
 from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
@@ -461,9 +461,15 @@ def _the_resumable(db: Path | None) -> str:
     """The one run of the store that can be resumed: refused if there is none, or several."""
     found = _read_store(db, resumable, [])
     if not found:
+        last = _read_store(db, last_run, None)
+        failed = last is not None and runs.state(last) is runs.RunState.FAILED
         fail(
             f"{db or default_path()}: no run to resume (none lost its manager or was "
-            "interrupted); `leadtime status` lists the runs"
+            "interrupted); `leadtime status` lists the runs",
+            hint=f"the last run, {last['run_id']} ({last['workflow']}), failed: once its cause "
+            f"is fixed, `leadtime resume {last['run_id']}` takes it up"
+            if failed and not simulated(last.get("backend") or "")
+            else "",
         )
     if len(found) > 1:
         fail(

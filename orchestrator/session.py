@@ -287,8 +287,10 @@ async def resumable(store: Store) -> list[dict[str, Any]]:
     ]
 
 
-async def last_run(store: Store, workflow: Workflow) -> dict[str, Any] | None:
-    """The newest run of ``workflow``'s file, whatever became of it."""
+async def last_run(store: Store, workflow: Workflow | None = None) -> dict[str, Any] | None:
+    """The newest run of the store, or of ``workflow``'s file, whatever became of it."""
+    if workflow is None:
+        return next(iter(await store.rows("runs", order="created DESC")), None)
     source = None if workflow.source is None else str(workflow.source)
     found = await store.rows("runs", {"workflow": workflow.name}, order="created DESC")
     return next((run for run in found if run["source"] == source), None)

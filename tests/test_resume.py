@@ -323,6 +323,12 @@ def test_a_failed_run_taken_up_after_a_fix_runs_only_what_did_not_finish(tmp_pat
     assert ran(tmp_path) == ["a0", "a1", "a3"]
     status = " ".join(leadtime(tmp_path, "status", run_id).stdout.split())
     assert f"failed: once its cause is fixed, `leadtime resume {run_id}` takes it up" in status
+    unnamed = leadtime(tmp_path, "resume")  # a failed run is taken up when named
+    assert unnamed.returncode == 2
+    assert (
+        f"the last run, {run_id} (flaky), failed: once its cause is fixed, `leadtime resume "
+        f"{run_id}` takes it up" in " ".join(unnamed.stderr.split())
+    )
     (tmp_path / "fixed").touch()
     again = leadtime(tmp_path, "resume", run_id, "--json")
     assert again.returncode == 0, again.stderr
