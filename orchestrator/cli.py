@@ -42,6 +42,7 @@ from orchestrator.report import (
     state_text,
     status_tables,
     strategies_table,
+    taken_up_once_fixed,
     workflow_lines,
 )
 from orchestrator.runrecord import RunRecord
@@ -327,8 +328,9 @@ def run(
         unit=_unit(unit),
     )
     last = _last_run(db, workflow) if resume else None
-    if last is not None and runs.state(last) in TAKEN_UP:
-        run_id, state = str(last["run_id"]), runs.state(last)
+    state = None if last is None else runs.state(last)
+    if last is not None and state in TAKEN_UP:
+        run_id = str(last["run_id"])
         how = {
             runs.RunState.FAILED: ", which failed,",
             runs.RunState.INTERRUPTED: ", which was interrupted,",
@@ -371,9 +373,8 @@ def _report(summary: RunSummary, json_: bool, *, taken_up: str | None = "FILE") 
     if summary.status != "done":
         first, *quoted = (summary.error or "").splitlines() or [""]
         hint = (
-            f"once its cause is fixed, `leadtime resume {summary.run_id}` takes it up without "
-            f"running again what finished (`leadtime run {taken_up} --resume` if you fixed "
-            "the workflow file)"
+            f"{taken_up_once_fixed(summary.run_id)} without running again what finished "
+            f"(`leadtime run {taken_up} --resume` if you fixed the workflow file)"
             if taken_up is not None and summary.status == "failed"
             else ""
         )
@@ -466,8 +467,8 @@ def _the_resumable(db: Path | None) -> str:
         fail(
             f"{db or default_path()}: no run to resume (none lost its manager or was "
             "interrupted); `leadtime status` lists the runs",
-            hint=f"the last run, {last['run_id']} ({last['workflow']}), failed: once its cause "
-            f"is fixed, `leadtime resume {last['run_id']}` takes it up"
+            hint=f"the last run, {last['run_id']} ({last['workflow']}), failed: "
+            + taken_up_once_fixed(last["run_id"])
             if failed and not simulated(last.get("backend") or "")
             else "",
         )

@@ -151,6 +151,11 @@ def causes_text(causes: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(causes.items(), key=lambda kv: -kv[1]))
 
 
+def taken_up_once_fixed(run_id: str) -> str:
+    """How a run that failed is taken up again, as every command that tells of one says it."""
+    return f"once its cause is fixed, `leadtime resume {run_id}` takes it up"
+
+
 def state_text(state: str, seen: float | None, now: float) -> str:
     """A run's state as ``status`` says it: ``manager gone (last seen 2 h 5 min ago)``."""
     if state != "manager gone" or seen is None:
@@ -237,8 +242,9 @@ def _liveness(status: Mapping[str, Any], now: float) -> str:
         run = status["run_id"]
         said += f": `leadtime resume {run}` takes it up, `leadtime cancel {run}` ends it"
     elif state in ("interrupted", "failed") and not simulated(status.get("backend") or ""):
-        fixed = "once its cause is fixed, " if state == "failed" else ""
-        said += f": {fixed}`leadtime resume {status['run_id']}` takes it up"
+        run = status["run_id"]
+        resume = f"`leadtime resume {run}` takes it up"
+        said += ": " + (taken_up_once_fixed(run) if state == "failed" else resume)
     if not status["figures_recorded"]:
         said += "; figures so far, from what the store holds"
     return said

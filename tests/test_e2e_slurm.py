@@ -137,6 +137,17 @@ async def run(workflow, config, store, cluster, observer=None):
     return summary, rows
 
 
+def run_on_slurm(workflow, tmp_path, cluster, strategy="per-stage", observer=None):
+    """A run of ``workflow`` on the local Slurm (an in-memory store): its summary and rows."""
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            config = slurm_config(tmp_path, strategy)
+            return await run(workflow, config, store, cluster, observer)
+
+    return clock.run(main(), virtual=False)
+
+
 def check_outputs(root: Path) -> None:
     values = {
         stage: {p.name: hog_value(p.read_text()) for p in (root / stage).iterdir()}
@@ -265,13 +276,7 @@ def test_a_pilot_cancelled_mid_stage_is_replaced_and_its_tasks_complete(tmp_path
             cancelled.append(running[0].job_id)
             sh("scancel", running[0].job_id)
 
-    async def main():
-        async with await Store.open(":memory:") as store:
-            return await run(
-                workflow, slurm_config(tmp_path, "per-stage"), store, cluster, observer
-            )
-
-    summary, rows = clock.run(main(), virtual=False)
+    summary, rows = run_on_slurm(workflow, tmp_path, cluster, observer=observer)
 
     assert summary.status == "done", summary.error
     assert [p.state for p in summary.pilots] == ["CANCELLED", "COMPLETED"]
@@ -429,15 +434,9 @@ def test_a_controller_outage_mid_run_is_waited_out_without_duplicate_pilots(
             outage.append(threading.Thread(target=stop_for_30_s))
             outage[0].start()
 
-    async def main():
-        async with await Store.open(":memory:") as store:
-            return await run(
-                workflow, slurm_config(tmp_path, "per-stage"), store, cluster, observer
-            )
-
     caplog.set_level(logging.WARNING, logger="backends.slurm.backend")
     try:
-        summary, rows = clock.run(main(), virtual=False)
+        summary, rows = run_on_slurm(workflow, tmp_path, cluster, observer=observer)
     finally:
         for thread in outage:
             thread.join()
@@ -497,11 +496,7 @@ def test_three_stages_pass_files_through_the_working_directory(tmp_path, cluster
     (tmp_path / "wf.toml").write_text(example("pipeline").read_text())
     workflow = load(tmp_path / "wf.toml")
 
-    async def main():
-        async with await Store.open(":memory:") as store:
-            return await run(workflow, slurm_config(tmp_path, "asa"), store, cluster)
-
-    summary, _ = clock.run(main(), virtual=False)
+    summary, _ = run_on_slurm(workflow, tmp_path, cluster, "asa")
     assert summary.status == "done", summary.error
     assert (tmp_path / "squares.txt").read_text().split() == ["0", "1", "4", "9", "16", "25"]
     assert (tmp_path / "results" / "total.txt").read_text() == "55\n"
@@ -525,11 +520,7 @@ def test_a_first_stage_runs_side_by_side_on_nodes_whose_disk_slurm_does_not_know
         source=tmp_path / "wf.toml",
     )
 
-    async def main():
-        async with await Store.open(":memory:") as store:
-            return await run(workflow, slurm_config(tmp_path, "per-stage"), store, cluster)
-
-    summary, rows = clock.run(main(), virtual=False)
+    summary, rows = run_on_slurm(workflow, tmp_path, cluster)
     assert summary.status == "done", summary.error
     attempts = rows["attempts"]
     assert len(attempts) == 8
@@ -555,11 +546,7 @@ def test_a_pilot_of_a_minute_runs_its_tasks_instead_of_draining_from_its_start(t
         source=tmp_path / "wf.toml",
     )
 
-    async def main():
-        async with await Store.open(":memory:") as store:
-            return await run(workflow, slurm_config(tmp_path, "per-stage"), store, cluster)
-
-    summary, rows = clock.run(main(), virtual=False)
+    summary, rows = run_on_slurm(workflow, tmp_path, cluster)
     assert summary.status == "done", summary.error
     assert [a["outcome"] for a in rows["attempts"]] == ["success", "success"]
     assert len(rows["pilots"]) == 1
