@@ -583,6 +583,17 @@ CORPUS = [
         command = "x {index:q}"  # <-
         count = 3
         """),
+    case("a number's spec over an item that is text", "stage.a.tasks.outputs[2]",
+         "{item:03d} formats a whole number, but item 'b7' is not one", """
+        name = "wf"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1 }
+        [stage.tasks]
+        command = "x {item}"
+        items = ["7", "b7"]
+        outputs = ["log/{item}.txt", "out/{item:03d}.txt"]  # <-
+        """),
     case("task cores above allocation", "stage.a.tasks.cores",
          "a task declares 8 cores but the allocation has 4", """
         name = "wf"
@@ -988,6 +999,26 @@ def test_expansion_quotes_every_substituted_value():
         "disk": 2147.483648,
         "wall": 4500.0,
     }
+
+
+def test_a_ranges_items_take_a_numbers_format_spec():
+    stage = loads(
+        """
+        name = "wf"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1 }
+        [stage.tasks]
+        command = "x q{item}.txt h{item:02d}"
+        items = { range = [8, 11] }
+        outputs = ["h{item:02d}"]
+        """
+    ).stage("a")
+    assert [(t.command, t.outputs) for t in stage.expand()] == [
+        ("x q8.txt h08", ("h08",)),
+        ("x q9.txt h09", ("h09",)),
+        ("x q10.txt h10", ("h10",)),
+    ]
 
 
 def test_count_expansion_and_default_category():

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.template import clash, longest, placeholders, render
+from workflows.template import clash, longest, not_whole, placeholders, render
 
 
 def test_placeholders_found():
@@ -34,6 +34,7 @@ def test_placeholders_found():
         ("a {item:x>101}", "a width of 101 is more than 100"),
         ("a {index:.1000f}", "a precision of 1000 is more than 100"),
         ("a {index:c}", "an index is a number, not a character"),
+        ("a {item:c}", "an item is text or a whole number, not a character"),
         ("a {" + "x" * 10**5 + "}", "(100,000 characters)"),
     ],
 )
@@ -81,6 +82,30 @@ def test_a_misspelt_items_name_is_pointed_to_the_right_placeholder():
         placeholders("out/{name}")
 
 
+@pytest.mark.parametrize(
+    ("spec", "item", "rendered"),
+    [
+        ("03d", "7", "007"),
+        ("03d", "-7", "-07"),
+        ("x", "255", "ff"),
+        (".1f", "+2", "2.0"),
+        ("", "07", "07"),
+    ],
+)
+def test_an_item_that_is_a_whole_number_takes_a_numbers_spec(spec, item, rendered):
+    assert render(f"{{item:{spec}}}", stage="s", index=0, item=item) == rendered
+
+
+def test_not_whole_names_the_placeholder_and_the_first_item_it_cannot_format():
+    assert not_whole(["x {item:03d}"], ["1", "22", "3"]) is None
+    assert not_whole(["x {item}", "{item.stem}"], ["a", "b"]) is None
+    assert not_whole(["x {item}", "o/{item.stem:x}"], ["/d/1.txt", "/d/q.txt"]) == (
+        "{item.stem:x}",
+        "/d/q.txt",
+    )
+    assert not_whole(["{item:d}"], ["1.5"]) == ("{item:d}", "1.5")
+
+
 def test_missing_item_is_an_error():
     with pytest.raises(ValueError, match=r"\{item\} has no value for task s.2"):
         render("x {item}", stage="s", index=2)
@@ -114,6 +139,16 @@ def test_longest_is_the_longest_command_of_a_stage_of_items(parts, items):
         assert expected <= found <= expected + template.count("{index") * 16
     else:
         assert found == expected
+
+
+@given(
+    st.lists(st.sampled_from(SPECS["index"]), min_size=1, max_size=3),
+    st.lists(st.integers(-(10**6), 10**9).map(str), min_size=1),
+)
+def test_longest_formats_whole_number_items_as_numbers(specs, items):
+    template = " ".join(f"{{item:{spec}}}" for spec in specs)
+    widest = max(len(render(template, stage="s", index=0, item=item).encode()) for item in items)
+    assert longest(template, stage="s", count=len(items), items=items) == widest
 
 
 @given(st.lists(st.sampled_from(SPECS["index"]), min_size=1, max_size=3), st.integers(1, 20_000))

@@ -333,6 +333,8 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
         yield ("command",), f"{{{min(used)}}} needs items, but this stage has none"
     elif t.items is None and (used := _item_outputs(t.outputs)):
         yield ("outputs",), f"{{{min(used)}}} needs items, but this stage has none"
+    elif t.items and (found := _not_whole(t)):
+        yield found
     elif t.size > 1 and (shared := _shared_outputs(t.outputs)):
         i, pattern = shared
         yield (
@@ -349,6 +351,23 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
             if t.items and (item := _absolute(t.items)) and template.item_within(pattern):
                 yield ("outputs", i), _item_within_message(pattern, item)
                 return
+
+
+def _not_whole(t: TaskTemplate) -> checks.Problem | None:
+    """A placeholder with a number's format spec (``{item:03d}``) over an item that is no whole
+    number, where the command or an output has one."""
+    assert t.items is not None
+    for at, pattern in (
+        (("command",), t.command),
+        *((("outputs", i), o) for i, o in enumerate(t.outputs)),
+    ):
+        if found := template.not_whole((pattern,), t.items):
+            placeholder, item = found
+            return at, (
+                f"{placeholder} formats a whole number, but item {item!r} is not one "
+                "(a range's items are; write the placeholder without a number's spec for text)"
+            )
+    return None
 
 
 def _item_outputs(outputs: tuple[str, ...]) -> set[str]:
@@ -450,6 +469,8 @@ def _auto_fit_problems(t: TaskTemplate, a: Allocation) -> Iterator[checks.Proble
 
 def _command_problems(stage: str, t: TaskTemplate) -> Iterator[checks.Problem]:
     """A command too long for the shell once its placeholders are filled, for any task."""
+    if t.items and _not_whole(t):
+        return  # the tasks' own problem: no command can be filled in
     size = template.longest(t.command, stage=stage, count=t.size, items=t.items)
     if size > bounds.COMMAND_BYTES:
         yield (

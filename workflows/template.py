@@ -6,7 +6,8 @@ Placeholders are ``{item}`` (the task's item), ``{item.name}`` and ``{item.stem}
 one needs its name), ``{index}`` (its 0-based place in
 the stage), ``{stage}`` (the stage's name), ``{workdir}`` (the workflow's working
 directory) and ``{rundir}`` (the run's own directory, ``WORKDIR/.leadtime/RUN``),
-with an optional Python format spec (``{index:03d}``). In a command every
+with an optional Python format spec (``{index:03d}``; an item that is a whole number, as a
+range's are, takes a number's spec too: ``{item:03d}``). In a command every
 substituted value is shell-quoted, so an item such as ``my file; rm -rf ~`` stays
 one harmless word; in an output pattern it is written as it is. ``{{`` and ``}}``
 are literal braces. Placeholders belong outside shell quotes: the quoting is
@@ -46,8 +47,11 @@ _EXAMPLE = {"index": 0, "stage": "s", "workdir": "/w", "rundir": "/w/.leadtime/r
 _EXAMPLE |= dict.fromkeys(ITEM, "x")
 _PATH_MAX = 4096
 """The longest a directory placeholder may be, as the command's length is bounded."""
+_WHOLE = re.compile(r"[-+]?[0-9]{1,4000}")
+"""A whole number as an item writes it (Python reads at most 4,300 digits as one)."""
 _SPEC = re.compile(
-    r"(?:.?[<>=^])?[-+ ]?z?#?0?(?P<width>\d*)[,_]?(?:\.(?P<precision>\d*))?(?P<type>[a-zA-Z%]?)",
+    r"(?:.?[<>=^])?[-+ ]?z?#?(?P<zero>0?)(?P<width>\d*)[,_]?"
+    r"(?:\.(?P<precision>\d*))?(?P<type>[a-zA-Z%]?)",
     re.DOTALL,
 )
 
@@ -94,8 +98,10 @@ def _check_spec(name: str, spec: str) -> None:
             )
     if name == "index" and match.group("type") == "c":
         raise ValueError(f"{{{name}:{spec}}}: an index is a number, not a character")
+    if name in ITEM and match.group("type") == "c":
+        raise ValueError(f"{{{name}:{spec}}}: an item is text or a whole number, not a character")
     try:
-        format(_EXAMPLE[name], spec)
+        format(0 if name in ITEM and _numeric(spec) else _EXAMPLE[name], spec)
     except ValueError:
         raise ValueError(f"{{{name}:{spec}}}: bad format spec {spec!r}") from None
 
@@ -124,7 +130,7 @@ def render(
             value = values[name]
             if value is None:
                 raise ValueError(f"{{{name}}} has no value for task {stage}.{index}")
-            text = format(value, spec or "")
+            text = format_item(value, spec) if name in ITEM else format(value, spec or "")
             out.append(shlex.quote(text) if quote else text)
     return "".join(out)
 
@@ -133,6 +139,42 @@ def item_values(item: str) -> dict[str, str]:
     """What each of :data:`ITEM` stands for, for ``item``."""
     path = PurePosixPath(item)
     return {"item": item, "item.name": path.name, "item.stem": path.stem}
+
+
+@lru_cache(maxsize=256)
+def _numeric(spec: str | None) -> bool:
+    """Whether ``spec`` is a number's: text cannot take it (``d``, ``.2f``, ``+``, ``,``) or
+    it pads with zeros (``03``, which pads text on the right: ``700``)."""
+    match = _SPEC.fullmatch(spec or "")
+    if match is not None and match.group("zero"):
+        return True
+    try:
+        format("", spec or "")
+    except ValueError:
+        return True
+    return False
+
+
+def format_item(value: str, spec: str | None) -> str:
+    """An item's value (text) formatted by ``spec``: read as the whole number it is where the
+    spec is a number's, so ``{item:03d}`` over ``{ range = [1, 13] }`` gives ``001``."""
+    return format(int(value) if _numeric(spec) else value, spec or "")
+
+
+def not_whole(templates: Sequence[str], items: Sequence[str]) -> tuple[str, str] | None:
+    """A placeholder of :data:`ITEM` with a number's spec in ``templates`` and the first item
+    whose value is not a whole number it could format; None if there is none."""
+    numeric = [
+        (name, spec)
+        for t in templates
+        for _, name, spec, _ in _pieces(t)
+        if name in ITEM and _numeric(spec)
+    ]
+    for name, spec in numeric:
+        for item in items:
+            if not _WHOLE.fullmatch(item_values(item)[name]):
+                return f"{{{name}:{spec}}}", item
+    return None
 
 
 def item_within(pattern: str) -> bool:
@@ -193,7 +235,7 @@ def clash(pattern: str, count: int, items: Sequence[str] | None) -> tuple[str, s
     if name == "index":
         values = [format(i, spec or "") for i in indices]
     else:
-        values = [format(item_values(item)[name], spec or "") for item in items or ()]
+        values = [format_item(item_values(item)[name], spec) for item in items or ()]
     if len(ends) == 2 and (a_b := _within(values)):  # *{item}*: one value within another
         return name, *a_b
     end = ends[0] if ends else 1  # read from the end where the * is before it
@@ -228,7 +270,7 @@ def _widest_item(items: Sequence[str], uses: list[tuple[str, str]]) -> int:
         if joined.isascii() and not _UNSAFE.search(joined):  # nothing quoted: the longest
             return len(uses) * max(map(len, items))
     return max(
-        sum(_quoted_bytes(format(item_values(item)[name], spec)) for name, spec in uses)
+        sum(_quoted_bytes(format_item(item_values(item)[name], spec)) for name, spec in uses)
         for item in items
     )
 
