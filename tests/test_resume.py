@@ -360,6 +360,18 @@ def test_an_edit_runs_again_the_stage_it_changed_and_the_stages_after_it(tmp_pat
     assert ran(tmp_path) == ["a0", "a0", "a1", "a1", "a2", "a3", "a3", "b"]
 
 
+def test_a_declared_size_raised_in_the_file_retries_the_task_that_exceeded_it(tmp_path):
+    """Killed for exceeding its declared wall time, the run failed (a declared size is fixed);
+    the file, edited to declare more, takes the run up: the task runs again with it."""
+    slow = FLAKY.replace("&& [ ! -e fixed ]; then exit 3", "; then sleep 3").replace(
+        "count = 4", 'count = 4\nwall = "1s"')  # fmt: skip
+    run_id = failed_run(tmp_path, slow)
+    said = resumed_with(tmp_path, slow.replace('wall = "1s"', 'wall = "1m"'))
+    assert f"resuming run {run_id}, which failed" in said
+    assert ran(tmp_path) == ["a0", "a1", "a2", "a3", "b"]
+    assert (tmp_path / "total").read_text().strip() == "4"
+
+
 def test_an_edit_of_the_workflows_shape_is_refused_and_runs_nothing(tmp_path):
     run_id = failed_run(tmp_path, FLAKY)
     (tmp_path / "wf.toml").write_text(FLAKY.replace("count = 4", "count = 5"))

@@ -104,6 +104,13 @@ def test_declared_sizes_win(name, declared, task):
         assert alloc[r] == v
         with pytest.raises(Unfittable, match="declared"):
             sizer.allocate(task, alloc, Exhaustion(r, v + 1))  # type: ignore[arg-type]
+        # raised since the kill (a failed run taken up with its file edited): retried with it
+        raised = TaskFeatures(task.category, task.input_size, declared={**declared, r: v + 1})
+        if v + 1 > WORKER[r]:
+            with pytest.raises(Unfittable, match="more than a whole worker"):
+                sizer.allocate(raised, alloc, Exhaustion(r, v + 1))  # type: ignore[arg-type]
+        else:
+            assert sizer.allocate(raised, alloc, Exhaustion(r, v + 1))[r] == v + 1  # type: ignore[arg-type]
 
 
 def test_a_declared_size_above_the_worker_is_unfittable():

@@ -270,6 +270,8 @@ class Composite:
         had = previous[r]
         if r in task.declared:
             declared = task.declared[r]
+            if declared > had:  # raised since the attempt (a failed run taken up, its file edited)
+                return declared
             raise Unfittable(task.category, r, Bound.DECLARED, declared, exhaustion.measured)
         capacity = self.capacity(task)[r]
         if had >= capacity:
