@@ -338,6 +338,15 @@ def run(
         err.print(f"resuming run {run_id}{how} of {file}", highlight=False, markup=False)
         summary = _resume(run_id, db, dashboard=not (quiet or json_), edited=workflow)
     else:
+        if resume:
+            err.print(
+                f"no run of {file} in the store to resume: starting a new run"
+                if last is None
+                else f"nothing of {file} to resume (its last run, {last['run_id']}, is "
+                f"{state}): starting a new run",
+                highlight=False,
+                markup=False,
+            )
         summary = _run(workflow, config, db, dashboard=not (quiet or json_))
     if config.backend.workers is Workers.SIMULATED and not json_:
         err.print(

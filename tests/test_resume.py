@@ -372,6 +372,20 @@ def test_a_declared_size_raised_in_the_file_retries_the_task_that_exceeded_it(tm
     assert (tmp_path / "total").read_text().strip() == "4"
 
 
+def test_run_resume_with_nothing_to_take_up_says_so_and_starts_a_new_run(tmp_path):
+    (tmp_path / "fixed").touch()
+    said = resumed_with(tmp_path, FLAKY)
+    assert "no run of wf.toml in the store to resume: starting a new run" in said
+    first = leadtime(tmp_path, "status", "--json")
+    (run_id,) = [run["run_id"] for run in json.loads(first.stdout)]
+    said = resumed_with(tmp_path, FLAKY)
+    assert (
+        f"nothing of wf.toml to resume (its last run, {run_id}, is done): starting a new run"
+        in said
+    )
+    assert ran(tmp_path) == ["a0", "a0", "a1", "a1", "a2", "a2", "a3", "a3", "b", "b"]
+
+
 def test_an_edit_of_the_workflows_shape_is_refused_and_runs_nothing(tmp_path):
     run_id = failed_run(tmp_path, FLAKY)
     (tmp_path / "wf.toml").write_text(FLAKY.replace("count = 4", "count = 5"))
