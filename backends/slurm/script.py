@@ -129,8 +129,11 @@ _REJECTIONS: list[tuple[str, tuple[str, ...] | None]] = [
 
 
 def rejection(stderr: str, args: Sequence[str] = ()) -> SubmitError:
-    """sbatch's refusal of ``args`` as a :class:`SubmitError` naming the culprit option."""
-    message = stderr.strip() or "sbatch rejected the submission without a message"
+    """sbatch's refusal of ``args`` as a :class:`SubmitError` naming the culprit option; its
+    lines joined into one (a message is one line: ``sbatch: error: invalid partition
+    specified: x; allocation failure: Invalid partition name specified``)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    message = "; ".join(lines) or "sbatch rejected the submission without a message"
     for pattern, options in _REJECTIONS:
         match = re.search(pattern, message, re.IGNORECASE)
         if match is None:
