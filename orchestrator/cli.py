@@ -250,6 +250,9 @@ def validate(
     """Check a workflow file; print what it contains: each stage's pilot and tasks, and its
     first task's command and outputs as a run fills them in. Exit code 2 when it is invalid."""
     workflow = load_workflow(file, scale)
+    dirs = RunDirs.at(workdir or workflow.workdir, "RUN_ID")
+    if problem := workflow.dirs_in_quotes(dirs.workdir, dirs.run_dir):
+        fail(problem)
     count = sum(s.tasks.size for s in workflow.stages)
     out.print(
         f"{escape(_printable(str(file)))}: workflow [bold]{workflow.name}[/], "
@@ -257,7 +260,6 @@ def validate(
         "valid",
         soft_wrap=True,
     )
-    dirs = RunDirs.at(workdir or workflow.workdir, "RUN_ID")
     for line in workflow_lines(workflow, dirs.workdir, dirs.run_dir, every=tasks):
         out.print(_printable(line), soft_wrap=True, markup=False, highlight=False)
 

@@ -179,6 +179,8 @@ async def execute(
         if backend is None and config.backend.workers is Workers.SIMULATED:
             backend = open_backend(config.backend, RunSite(dirs.run_dir))
         elif backend is None:
+            if problem := workflow.dirs_in_quotes(dirs.workdir, dirs.run_dir):
+                raise SetupError(problem)
             try:
                 stack.enter_context(workdirlock.holding(dirs.workdir, workflow.name, run_id))
             except workdirlock.Busy as e:

@@ -112,6 +112,31 @@ def test_validate_shows_each_stage_and_its_first_task_as_a_run_fills_it_in(tmp_p
                           "          outputs: s/c.txt"]  # fmt: skip
 
 
+def test_a_directory_placeholder_in_quotes_over_a_path_that_needs_them_is_refused(tmp_path):
+    """In quotes, the quotes leadtime puts around ``/tmp/my dir`` would be read as part of the
+    path: refused by validate and by run, before anything starts, for a directory that needs
+    them; the same file is fine where it does not."""
+    workdir = tmp_path / "my dir"
+    workdir.mkdir()
+    path = tmp_path / "wf.toml"
+    path.write_text(
+        'name = "w"\n[[stage]]\nname = "a"\nallocation = { cores = 1, time = "10m" }\n'
+        "tasks = { command = 'cd \"{workdir}\" && touch x{index}', count = 2 }\n"
+    )
+    message = (
+        f"{path}:5: stage.a.tasks.command: {{workdir}} is inside shell quotes, where the quotes "
+        f"leadtime puts around '{workdir}' would be read as part of it: write the placeholder "
+        "outside the quotes (leadtime quotes each value it fills in)"
+    )
+    for command in (["validate"], ["run", "--backend", "local", "--db", str(tmp_path / "db")]):
+        done = CliRunner().invoke(app, [*command, str(path), "--workdir", str(workdir)])
+        assert done.exit_code == 2, done.output
+        assert " ".join(done.output.split()) == f"error: {message}"
+    assert list(workdir.iterdir()) == []  # nothing ran, not even the run's own directory
+    done = CliRunner().invoke(app, ["validate", str(path), "--workdir", "/scratch/w"])
+    assert done.exit_code == 0, done.output
+
+
 def test_the_queue_model_reaches_the_replay(cli, tmp_path):
     """The same offset of HPC2N under the easy and the site model: the pilots meet another
     queue."""

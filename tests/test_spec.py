@@ -594,6 +594,17 @@ CORPUS = [
         items = ["7", "b7"]
         outputs = ["log/{item}.txt", "out/{item:03d}.txt"]  # <-
         """),
+    case("an item inside shell quotes", "stage.a.tasks.command",
+         "{item.stem} is inside shell quotes, where the quotes leadtime puts around 'a b' (of "
+         "item 'in/a b.txt') would be read as part of it: write the placeholder outside", """
+        name = "wf"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1 }
+        [stage.tasks]
+        command = "tr a-z A-Z < {item} > 'out/{item.stem}.up'"  # <-
+        items = ["in/a.txt", "in/a b.txt"]
+        """),
     case("task cores above allocation", "stage.a.tasks.cores",
          "a task declares 8 cores but the allocation has 4", """
         name = "wf"
@@ -1018,6 +1029,24 @@ def test_a_ranges_items_take_a_numbers_format_spec():
         ("x q8.txt h08", ("h08",)),
         ("x q9.txt h09", ("h09",)),
         ("x q10.txt h10", ("h10",)),
+    ]
+
+
+def test_placeholders_in_quotes_are_fine_where_no_value_needs_quoting():
+    stage = loads(
+        """
+        name = "wf"
+        [[stage]]
+        name = "a"
+        allocation = { cores = 1 }
+        [stage.tasks]
+        command = "echo \\"{item} {index}\\" > 'out/{item}.txt'"
+        items = ["a", "b-2"]
+        """
+    ).stage("a")
+    assert [t.command for t in stage.expand()] == [
+        "echo \"a 0\" > 'out/a.txt'",
+        "echo \"b-2 1\" > 'out/b-2.txt'",
     ]
 
 

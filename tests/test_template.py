@@ -5,7 +5,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.template import clash, longest, not_whole, placeholders, render
+from workflows.template import (
+    clash,
+    in_quotes,
+    longest,
+    needs_quotes,
+    not_whole,
+    placeholders,
+    render,
+)
 
 
 def test_placeholders_found():
@@ -104,6 +112,27 @@ def test_not_whole_names_the_placeholder_and_the_first_item_it_cannot_format():
         "/d/q.txt",
     )
     assert not_whole(["{item:d}"], ["1.5"]) == ("{item:d}", "1.5")
+
+
+@pytest.mark.parametrize(
+    ("command", "quoted"),
+    [
+        ("tr < {item} > 'out/{item.stem:>3}.up'", [("item.stem", ">3")]),
+        ('cd "{workdir}" && run {index}', [("workdir", "")]),
+        ("awk '{{print $1}}' {item} \"{index}\"", [("index", "")]),
+        ("echo \\\"{item} \\'{item.name}", []),  # escaped quotes open nothing
+        ('echo "it\'s {item}"', [("item", "")]),  # a ' within " quotes nothing
+        ("echo 'a\\' {item}", []),  # no escape within ' quotes
+    ],
+)
+def test_in_quotes_finds_the_placeholders_a_command_writes_inside_shell_quotes(command, quoted):
+    assert in_quotes(command) == quoted
+    assert shlex.split(render(command, stage="s", index=0, item="x", workdir="/w")) is not None
+
+
+def test_needs_quotes_is_where_shlex_quotes():
+    for value in ["a", "/d/x.txt", "b-2", "", "a b", "it's", "$x", "é"]:
+        assert needs_quotes(value) == (shlex.quote(value) != value)
 
 
 def test_missing_item_is_an_error():

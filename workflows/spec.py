@@ -186,6 +186,17 @@ class Workflow:
         line = f":{line_of(self.lines, ('stage', index, *keys))}" if self.lines else ""
         return f"{self.source}{line}: {field}"
 
+    def dirs_in_quotes(self, workdir: Path, rundir: Path) -> str | None:
+        """Where a command writes ``{workdir}`` or ``{rundir}`` inside shell quotes while the
+        directory's path needs leadtime's quoting (a space, say), and why that fails."""
+        paths = {"workdir": str(workdir), "rundir": str(rundir)}
+        for stage in self.stages:
+            for name, spec in template.in_quotes(stage.tasks.command):
+                if name in paths and template.needs_quotes(format(paths[name], spec)):
+                    problem = _in_quotes_message(name, spec, repr(paths[name]))
+                    return f"{self.where(stage.name, 'tasks', 'command')}: {problem}"
+        return None
+
     def refused(self, stages: Sequence[str], option: str | None, pilot: Allocation) -> str:
         """:meth:`where` for a batch system's refusal of ``option`` in a pilot for ``stages``:
         the field of the stage whose allocation gave the pilot that value."""
@@ -335,6 +346,8 @@ def _tasks_problems(t: TaskTemplate) -> Iterator[checks.Problem]:
         yield ("outputs",), f"{{{min(used)}}} needs items, but this stage has none"
     elif t.items and (found := _not_whole(t)):
         yield found
+    elif t.items and (found := _item_in_quotes(t.command, t.items)):
+        yield ("command",), found
     elif t.size > 1 and (shared := _shared_outputs(t.outputs)):
         i, pattern = shared
         yield (
@@ -368,6 +381,30 @@ def _not_whole(t: TaskTemplate) -> checks.Problem | None:
                 "(a range's items are; write the placeholder without a number's spec for text)"
             )
     return None
+
+
+def _item_in_quotes(command: str, items: Sequence[str]) -> str | None:
+    """An item placeholder ``command`` writes inside shell quotes, over an item whose value
+    leadtime must quote (a space, a quote, ``$``): the quotes it adds would be read literally,
+    and the task would read or write other paths than its own."""
+    for name, spec in template.in_quotes(command):
+        if name not in template.ITEM:
+            continue
+        for item in items:
+            value = template.format_item(template.item_values(item)[name], spec)
+            if template.needs_quotes(value):
+                of = "" if value == item else f" (of item {item!r})"
+                return _in_quotes_message(name, spec, f"{value!r}{of}")
+    return None
+
+
+def _in_quotes_message(name: str, spec: str, value: str) -> str:
+    shown = f"{{{name}:{spec}}}" if spec else f"{{{name}}}"
+    return (
+        f"{shown} is inside shell quotes, where the quotes leadtime puts around {value} would "
+        "be read as part of it: write the placeholder outside the quotes (leadtime quotes "
+        "each value it fills in)"
+    )
 
 
 def _item_outputs(outputs: tuple[str, ...]) -> set[str]:

@@ -177,6 +177,30 @@ def not_whole(templates: Sequence[str], items: Sequence[str]) -> tuple[str, str]
     return None
 
 
+def in_quotes(command: str) -> list[tuple[str, str]]:
+    """The placeholders (name, format spec) that ``command`` writes inside shell quotes
+    (``'...'`` or ``"..."``), where the quotes leadtime puts around a value that needs them
+    are read literally: ``'out/{item}'`` with an item ``a b`` gives ``'out/'a b''``."""
+    found, quote, escaped = [], "", False
+    for literal, name, spec, _ in _pieces(command):
+        for char in literal:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote != "'":
+                escaped = True
+            elif char in "'\"" and quote in ("", char):
+                quote = "" if quote else char
+        escaped = False  # a backslash before a placeholder escapes only its first character
+        if name is not None and quote:
+            found.append((name, spec or ""))
+    return found
+
+
+def needs_quotes(value: str) -> bool:
+    """Whether the shell reads ``value`` as it is only once quoted."""
+    return not value or _UNSAFE.search(value) is not None
+
+
 def item_within(pattern: str) -> bool:
     """Whether ``{item}`` itself appears in ``pattern`` after anything else: where items are
     absolute paths, such a pattern names a path within the working directory that ends in
