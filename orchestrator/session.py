@@ -318,7 +318,7 @@ async def cancel(store: Store, run_id: str) -> list[str]:
         await _cancelled(store, run_id)  # for good: not 'interrupted', which resume takes up
         return []
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
-        raise ResumeError(f"run {run_id} is {state}: nothing to cancel")
+        raise ResumeError(f"run {run_id} has ended ({state}): nothing to cancel")
     cancelled = []
     config = recorded_config(run) if run.get("options") else None
     if config is not None and config.backend.workers is not Workers.SIMULATED:

@@ -185,6 +185,11 @@ def test_cancel_ends_a_running_run_for_good(tmp_path):
     )
     assert resumed.returncode == 2
     assert f"run {crash.run_id} is cancelled: nothing to resume" in resumed.stderr
+    again = subprocess.run(
+        crash.command("cancel", crash.run_id), capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 2
+    assert f"run {crash.run_id} has ended (cancelled): nothing to cancel" in again.stderr
 
 
 def test_resume_refuses_a_run_whose_manager_is_alive(tmp_path):
