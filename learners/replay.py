@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -166,7 +166,7 @@ def replay(
         raise ValueError(f"{workers} workers but {len(joins)} arrival times")
     packed = tuple(r for r in resources if r in PACKED)
     result = ReplayResult(sizer.name, workers, len(tasks), usage={r: Usage() for r in packed})
-    states = [_Task(i, t, t.features) for i, t in enumerate(tasks)]
+    states = [_Task(i, t, replace(t.features, key=i)) for i, t in enumerate(tasks)]
     arriving = sorted(range(len(tasks)), key=lambda i: (tasks[i].submit, i))
     arriving.reverse()
     pending: list[tuple[float, int]] = []

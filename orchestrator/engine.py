@@ -167,7 +167,8 @@ class Engine:
             learner=learner,
             workdir=self.workdir,
             run_dir=self.run_dir,
-            features=features or (lambda t: TaskFeatures(t.category, declared=t.declared)),
+            features=features
+            or (lambda t: TaskFeatures(t.category, declared=t.declared, key=t.id)),
         )
         self.recorded = False
         """The store holds the run (a resume could take it up)."""

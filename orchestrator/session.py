@@ -413,6 +413,7 @@ async def _execute(
             declared=task.declared,
             worker=own[task.stage],
             share=share[task.stage],
+            key=task.id,
         )
 
     cluster = config.learner_scope or await backend.cluster_name()

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from backends import clock
+from backends.sim.backend import MockSlurm
+from backends.sim.workload import ClusterSpec
+from learners.replay import TraceTask, replay
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
 from learners.sizing.budget import BUDGET
 from learners.sizing.composite import PRIOR_FLOOR
 from learners.sizing.history import History
 from learners.sizing.selector import WARMUP, WORKFLOW_BUDGET, Selector, Shadow
+from orchestrator.engine import Engine
+from orchestrator.planner import PerStage
+from orchestrator.simulate import SimulatedWorkers, task_truths
+from orchestrator.store import Store
+from workflows.spec import loads
 
 WORKER = Resources(16, 64000, 64000)
 
@@ -212,3 +221,130 @@ def test_records_that_ran_no_time_score_candidates_until_one_that_ran_comes():
     assert untimed is not None and 0 < untimed < 1 and shadow.awe == untimed
     shadow.account(budget, _opposite(1), budget)
     assert shadow.timed.awe is not None and shadow.awe == shadow.timed.awe != untimed
+
+
+def test_a_record_is_scored_with_what_its_candidate_gave_at_the_task_s_start():
+    """The task started while only records of 2,000 MB had come: the quantile gave it about
+    2,000 MB, and the 3,000 MB it used is a kill in the shadow, although by the time its
+    record comes the quantile has learnt records of 4,000 MB and would give it enough."""
+    s = selector()
+    for _ in range(WARMUP + 20):
+        s.observe(record("c", 2000))
+    assert s.chosen("c") is s.candidates[1]
+    started = TaskFeatures("c", key="s.0")
+    assert s.allocate(started).memory < 3000
+    for _ in range(20):
+        s.observe(record("c", 4000))
+    kills = s.shadows["c"][1].kills
+    assert s.candidates[1].allocate(TaskFeatures("c")).memory > 3000
+    s.observe(Record(started, Resources(1, 3000, 100, 60)))
+    assert s.shadows["c"][1].kills == kills + 1
+    for unseen in (TaskFeatures("c"), started):  # its start unseen, or its answers spent
+        s.observe(Record(unseen, Resources(1, 3000, 100, 60)))
+        assert s.shadows["c"][1].kills == kills + 1  # scored with what it would give now
+
+
+def test_a_real_kill_counts_at_once_against_each_candidate_that_gave_no_more():
+    s = selector()
+    for _ in range(WARMUP + 20):
+        s.observe(record("c", 2000, requested=2050))
+    task = TaskFeatures("c", requested={"memory": 2050}, key="s.0")
+    allocation = s.allocate(task)
+    given = [candidate.allocate(task).memory for candidate in s.candidates]
+    assert given[0] == WORKER.memory and given[2] == 2050 < given[1] == allocation.memory
+    kills = [shadow.kills for shadow in s.shadows["c"]]
+    s.observe_exhaustion(task, allocation, Exhaustion("memory", allocation.memory))
+    after = [shadow.kills for shadow in s.shadows["c"]]
+    assert after == [kills[0], kills[1] + 1, kills[2] + 1]  # the whole worker gave more
+    s.observe(Record(task, Resources(1, 3000, 100, 60)))
+    assert [shadow.kills for shadow in s.shadows["c"]] == after  # not counted twice
+
+
+def _spied(monkeypatch: pytest.MonkeyPatch, s: Selector) -> tuple[dict, dict, list]:
+    """Each candidate's latest first-attempt answer per task; per task, whether its category
+    had its warm-up records when it started; what each record was scored with: (task,
+    candidate, answer)."""
+    given: dict[object, dict[int, Resources]] = {}
+    warm: dict[object, bool] = {}
+    scored: list[tuple[object, int, Resources | None]] = []
+    for i, candidate in enumerate(s.candidates):
+
+        def logged(task, previous=None, exhaustion=None, *, allocate=candidate.allocate, i=i):
+            allocation = allocate(task, previous, exhaustion)
+            if exhaustion is None:
+                given.setdefault(task.key, {})[i] = allocation
+            return allocation
+
+        monkeypatch.setattr(candidate, "allocate", logged)
+
+    def started(task, previous=None, exhaustion=None, *, allocate=s.allocate):
+        if exhaustion is None:
+            shadows = s.shadows.get(task.category)
+            warm[task.key] = bool(shadows) and shadows[0].records >= WARMUP
+        return allocate(task, previous, exhaustion)
+
+    monkeypatch.setattr(s, "allocate", started)
+    account = Shadow.account
+
+    def spied(shadow, candidate, record, retrier, answer=None, counted=False):
+        scored.append((record.task.key, s.candidates.index(candidate), answer))
+        account(shadow, candidate, record, retrier, answer, counted)
+
+    monkeypatch.setattr(Shadow, "account", spied)
+    return given, warm, scored
+
+
+def _scored_at_start(given: dict, warm: dict, scored: list) -> bool:
+    """Whether every record of a task started after its category's warm-up was scored with
+    what each candidate gave it then, and the others with what it gives when they come."""
+    return all(
+        answer == given[key][i] if warm[key] else answer is None for key, i, answer in scored
+    )
+
+
+def test_the_replay_scores_each_record_with_the_answers_at_its_task_s_start(monkeypatch):
+    """Tasks whose memory grows with their place in the trace start many at once, before
+    the records that score them: each is scored with what each candidate gave it then."""
+    tasks = [TraceTask("c", Resources(1, 1000 + 50 * i, 100, 10 + 7 * i % 30)) for i in range(60)]
+    s = make_sizer("select", worker=WORKER)
+    assert isinstance(s, Selector)
+    given, warm, scored = _spied(monkeypatch, s)
+    out = replay(tasks, s, workers=2, worker=WORKER)
+    assert out.completed == 60
+    assert [shadow.records for shadow in s.shadows["c"]] == [60] * len(s.candidates)
+    assert len(scored) == 60 * len(s.candidates)
+    assert {key for key, _, _ in scored} == set(range(60))
+    assert sum(warm.values()) > 30 and _scored_at_start(given, warm, scored)
+    now = s.candidates[0].allocate(TaskFeatures("c")).memory
+    assert sum(given[k][0].memory < now for k in warm if warm[k]) > 30  # it knew less then
+
+
+def test_the_engine_tells_the_sizer_which_task_each_record_is(monkeypatch):
+    workflow = loads(
+        """
+        name = "keyed"
+        [[stage]]
+        name = "s"
+        allocation = { cores = 8, time = "10h" }
+        tasks = { command = "true", count = 40, cores = 1 }
+        [stage.simulate]
+        duration = "normal(60, 10)"
+        memory = "normal(300, 30)"
+        disk = "normal(300, 10)"
+        """
+    )
+    s = make_sizer("select", worker=Resources(8, 32000, 10_000))
+    assert isinstance(s, Selector)
+    given, warm, scored = _spied(monkeypatch, s)
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            cluster = MockSlurm(ClusterSpec(nodes=2, cores_per_node=8, memory_per_node_mb=32000))
+            workers = SimulatedWorkers(task_truths(workflow, seed=0))
+            engine = Engine(workflow, cluster, store, planner=PerStage(), sizer=s, workers=workers)
+            return await engine.run()
+
+    assert clock.run(main(), virtual=True).status == "done"
+    assert [shadow.records for shadow in s.shadows["s"]] == [40] * len(s.candidates)
+    assert {key for key, _, _ in scored} == {f"s.{i}" for i in range(40)}
+    assert sum(warm.values()) > 10 and _scored_at_start(given, warm, scored)

@@ -35,6 +35,10 @@ class TaskFeatures:
     share: Mapping[str, float] = field(default_factory=dict)
     """The task's share of its stage's allocation (the allocation divided by the stage's
     task count): a first guess that lets a stage's first tasks run side by side."""
+    key: str | int | None = None
+    """Which task of its run this is (the engine's task id, the replay's place in its
+    trace): what matches a task's record to what was allocated at its start. None where
+    unknown (records learnt again from an earlier run)."""
 
 
 class Bound(enum.Enum):
