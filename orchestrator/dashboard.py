@@ -254,4 +254,4 @@ class DecisionLog:
             self._say(now, f"stage {name}: {attempts} ({causes_text(stage.causes)}){sized}")
 
     def _say(self, t: float, text: str) -> None:
-        self._console.print(_line(t, text), highlight=False, markup=False)
+        self._console.print(_line(t, text), highlight=False, markup=False, soft_wrap=True)

@@ -160,6 +160,16 @@ def test_a_stage_s_trouble_told_at_the_end_of_its_run_is_not_so_far():
     assert re.search(r"stage simulate: \d+ attempts did not succeed \(\d+ memory\)$", told[1])
 
 
+def test_a_decision_is_one_line_whatever_the_console_s_width():
+    """A log is read with grep: a decision longer than the console is not folded."""
+    out = io.StringIO()
+    with (log := DecisionLog(Console(file=out, width=40), every_s=1e9)):
+        demo(log)
+    decisions = [line for line in out.getvalue().splitlines() if line.startswith("t+")]
+    assert decisions and all(len(line) > 40 for line in decisions)
+    assert not [line for line in out.getvalue().splitlines() if line and not line.startswith("t+")]
+
+
 def _seconds(text: str) -> float:
     units = {"d": 86400, "h": 3600, "min": 60, "s": 1}
     parts = text.split()
