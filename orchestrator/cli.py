@@ -38,7 +38,7 @@ from orchestrator.planner import STRATEGIES
 from orchestrator.report import (
     compare_tables,
     headline,
-    run_table,
+    run_view,
     state_text,
     status_tables,
     strategies_table,
@@ -380,7 +380,7 @@ def _report(summary: RunSummary, json_: bool, *, taken_up: str | None = "FILE") 
     if json_:
         out.print_json(json.dumps(summary.as_json()))
     else:
-        out.print(run_table(summary))
+        out.print(run_view(summary))
     if summary.status != "done":
         first, *quoted = (summary.error or "").splitlines() or [""]
         hint = (
@@ -582,7 +582,7 @@ def demo(
         config = RunConfig(strategy=strategy, backend=DEMO_MOCK)
         show = strategy == "elastic" and sys.stdout.isatty()
         summaries.append(_run(workflow, config, db, dashboard=show))
-    out.print(run_table(summaries[-1]))
+    out.print(run_view(summaries[-1]))
     out.print(strategies_table(summaries))
     out.print(
         "bigjob holds the widest stage's cores from start to end; per-stage asks for each "

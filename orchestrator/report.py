@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 from rich import box
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -20,9 +20,10 @@ from orchestrator.summary import RunSummary
 from workflows.spec import Workflow
 
 
-def run_table(summary: RunSummary) -> Table:
+def run_view(summary: RunSummary) -> Group:
     """Per stage: when it was ready, submitted, started and ended (from the run's start), and
-    what it waited."""
+    what it waited; under it the run's figures, one line (a caption would fold at the table's
+    width)."""
     table = Table(
         title=f"{summary.workflow} · {summary.strategy} · {summary.status} · run {summary.run_id}",
         title_justify="left",
@@ -40,14 +41,13 @@ def run_table(summary: RunSummary) -> Table:
             offset(s.end_t),
             duration(s.wait),
         )
-    table.caption = (
+    figures = (
         f"makespan {duration(summary.makespan_s)} · TWT {duration(summary.twt_s)} · "
         f"PWT {duration(summary.pwt_s)} · {summary.core_hours:,.2f} core-hours · "
         f"OH {summary.oh_core_hours:,.2f} core-hours"
         + ("" if summary.hit_ratio is None else f" · hit ratio {summary.hit_ratio:.0%}")
     )
-    table.caption_justify = "left"
-    return table
+    return Group(table, Text(figures))
 
 
 def strategies_table(summaries: Sequence[RunSummary]) -> Table:

@@ -106,6 +106,14 @@ def test_json_keeps_seconds_where_tables_show_durations(tmp_path):
     assert f"makespan {duration(figures['makespan_s'])}" in " ".join(table.split())
 
 
+def test_a_run_s_figures_are_one_line_under_its_table(tmp_path):
+    """Wider than the table: a caption would fold them at its width."""
+    args = ["run", str(example("blast")), "--strategy", "asa", "--db", str(tmp_path / "s")]
+    table = CliRunner().invoke(app, [*args, "--quiet"]).output
+    (line,) = [line for line in table.splitlines() if line.startswith("makespan ")]
+    assert re.fullmatch(r"makespan .+ · TWT .+ · OH [\d.]+ core-hours · hit ratio \d+%", line)
+
+
 def test_off_a_terminal_decisions_are_a_log_apart_from_the_summary(tmp_path):
     """Piped output: each decision once, on its own line, and the summary after a blank line."""
     demo = ["run", str(example("demo")), "--trace", "HPC2N", "--offset", "67500401"]
