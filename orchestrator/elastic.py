@@ -317,7 +317,10 @@ class Elastic:
                     needed += f" ({n} pilots of {count(cores, 'core')})"
                 if due > now + DUE:
                     wake.append(due)
-                    subject = f"{place}: {n} units of {cores} cores above {planned + have}"
+                    # What is needed, not what is had: the units held and planned move
+                    # between passes (a pilot submitted now is planned, then held).
+                    names = ",".join(v.name for v in serves)
+                    subject = f"{place}: {n} units of {cores} cores to {width} for {names}"
                     if self._said.worth_saying(subject, due, now):
                         notes.append(
                             f"{needed}: submitting at {offset(due)} ({duration(ahead)} ahead)"

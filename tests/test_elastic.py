@@ -113,6 +113,21 @@ def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency
     assert added.predicted_wait == 600.0
 
 
+def test_a_plan_is_not_said_again_when_the_pilot_submitted_now_is_held_next_pass():
+    """The width a stage adds is the same need whether the unit submitted now is counted as
+    planned (this pass) or as held (the next): said once."""
+    stages = chain(
+        (NARROW, Phase.READY, 1, 1300.0),
+        (WIDE, Phase.WAITING, 28, 2500.0),
+        (NARROW, Phase.WAITING, 1, None),
+    )
+    elastic = planner(wait=600.0)
+    first = [n for n in elastic.decide(0.0, stages, []).notes if "27 cores" in n]
+    held = [unit("u0", 1, allocation=NARROW)]
+    second = [n for n in elastic.decide(0.0, stages, held).notes if "27 cores" in n]
+    assert len(first) == 1 and second == []
+
+
 def test_by_default_a_unit_is_one_task_wide_and_holds_its_memory():
     """The narrowest pilot the scheduler can start in a gap: one per task slot. A width of 27
     one-core tasks is 27 pilots of one core, said in one note, due together (each pilot's
