@@ -673,7 +673,10 @@ def _record(run_id: str | None, db: Path | None) -> RunRecord:
 
 @app.command()
 def logs(
-    run_id: Annotated[str, typer.Argument(help="A run (`leadtime status` lists them).")],
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="A run (`leadtime status` lists them; default: the newest)."),
+    ] = None,
     task: Annotated[
         str | None, typer.Argument(help="A task, e.g. project.12 (default: list the attempts).")
     ] = None,
@@ -690,12 +693,19 @@ def logs(
 ) -> None:
     """A task's stdout and stderr (their first and last bytes), why each attempt ended, its
     peak against its allocation, and where a failed attempt's scratch directory was kept;
-    without TASK, every attempt of the run with its outcome and cause."""
+    without TASK, every attempt of the run (the newest without RUN_ID) with its outcome and
+    cause."""
     if attempt is not None and task is None:
         fail("--attempt needs a TASK")
 
     async def main():
+        nonlocal run_id
         async with await _existing_store(db) as store:
+            if run_id is None:
+                newest = await store.rows("runs", order="created DESC")
+                if not newest:
+                    fail(f"{db or default_path()}: no run yet")
+                run_id = newest[0]["run_id"]
             run = await tasklogs.run_row(store, run_id)
             if run is None:
                 fail(f"no run {run_id}")
