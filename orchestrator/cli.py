@@ -1055,11 +1055,14 @@ def _show_learner(scope: str, learner: QueueWaitLearner, only: Geometry | None, 
             table.add_row(human.duration(a.value), f"{a.probability:.3f}", str(a.tried), loss)
         hit = "-" if stats.hit_rate is None else f"{stats.hit_rate:.0%}"
         last = human.duration(stats.last_wait)
-        table.caption = (
-            f"{stats.observations} waits observed, {stats.rounds} rounds, "
-            f"hit rate {hit} over the last {stats.recent} predictions, last wait {last}"
-        )
         out.print(table)
+        out.print(  # under the table, not its caption: a caption folds at the table's width
+            f"{human.count(stats.observations, 'wait')} observed, "
+            f"{human.count(stats.rounds, 'round')}, hit rate {hit} over the last "
+            f"{human.count(stats.recent, 'prediction')}, last wait {last}\n",
+            highlight=False,
+            markup=False,
+        )
 
 
 def main() -> None:

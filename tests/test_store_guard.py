@@ -3,6 +3,7 @@ line naming the path and the problem, exit 2, within a second, and is left exact
 
 import asyncio
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -191,3 +192,5 @@ def test_each_cluster_learns_its_own_waits_and_a_local_run_none(tmp_path):
         assert sum(learner.stats(g).observations for g in learner.geometries()) == 1
     shown = CliRunner().invoke(app, ["learner", "show", "--db", str(db)])
     assert all(c in shown.output for c in simulated) and "local:" not in shown.output
+    told = r"^1 wait observed, \d+ rounds?, hit rate \S+ over the last \d+ predictions?, last wait "
+    assert len(re.findall(told, shown.output, re.M)) == 2  # one line each, under its table
