@@ -657,18 +657,23 @@ def _record(run_id: str | None, db: Path | None) -> RunRecord:
 
     async def main():
         async with await _existing_store(db) as store:
-            if run_id is None:
-                newest = await store.rows("runs", order="created DESC")
-                return await RunRecord.load(store, newest[0]["run_id"]) if newest else None
-            return await RunRecord.load(store, run_id)
+            return await RunRecord.load(store, run_id or await _newest_run_id(store, db))
 
     try:
         record = clock.run(main(), virtual=False)
     except StoreError as e:
         fail(str(e))
     if record is None:
-        fail(f"no run {run_id}" if run_id else f"{db or default_path()}: no run yet")
+        fail(f"no run {run_id}")
     return record
+
+
+async def _newest_run_id(store: Store, db: Path | None) -> str:
+    """The store's newest run, whatever became of it; exit 2 when it has none."""
+    newest = await last_run(store)
+    if newest is None:
+        fail(f"{db or default_path()}: no run yet")
+    return newest["run_id"]
 
 
 @app.command()
@@ -701,11 +706,7 @@ def logs(
     async def main():
         nonlocal run_id
         async with await _existing_store(db) as store:
-            if run_id is None:
-                newest = await store.rows("runs", order="created DESC")
-                if not newest:
-                    fail(f"{db or default_path()}: no run yet")
-                run_id = newest[0]["run_id"]
+            run_id = run_id or await _newest_run_id(store, db)
             run = await tasklogs.run_row(store, run_id)
             if run is None:
                 fail(f"no run {run_id}")

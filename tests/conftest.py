@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from backends import clock
 from orchestrator.cli import app
+from orchestrator.store import Store
 from workflows.datasets import DataNotFound, data_dir
 
 SLURM_LOCAL = Path(__file__).resolve().parents[1] / "scripts" / "slurm-local"
@@ -37,6 +39,19 @@ def cli(tmp_path):
         return runner.invoke(app, [*args, "--db", db])
 
     return invoke
+
+
+@pytest.fixture
+def empty_store(tmp_path) -> Path:
+    """A store file with no run in it."""
+    db = tmp_path / "empty.db"
+
+    async def create() -> None:
+        async with await Store.open(db):
+            pass
+
+    clock.run(create(), virtual=False)
+    return db
 
 
 @pytest.fixture(scope="session")

@@ -382,14 +382,8 @@ def test_twt_counts_a_pilot_cancelled_while_it_waited():
     assert _wait_note(started) == "predicted 1 min 30 s, real 1 min 40 s"
 
 
-def test_report_of_a_store_with_no_run_says_so(tmp_path):
-    db = tmp_path / "empty.db"
-
-    async def create() -> None:
-        async with await Store.open(db):  # a store, with no run in it
-            pass
-
-    clock.run(create(), virtual=False)
+def test_report_of_a_store_with_no_run_says_so(tmp_path, empty_store):
+    db = empty_store
     done = CliRunner().invoke(app, ["report", "--db", str(db), "-o", str(tmp_path / "r.html")])
     assert done.exit_code == 2, done.output
     assert f"{db}: no run yet" in " ".join(done.output.split())

@@ -195,14 +195,8 @@ def test_status_lists_runs_with_one_line_each_and_as_json(demo):
     assert (row["run_id"], row["state"], row["workflow"]) == (shown["run_id"], "done", "demo")
 
 
-def test_status_of_a_store_with_no_runs_says_so(tmp_path):
-    db = tmp_path / "store.db"
-
-    async def main():
-        async with await Store.open(db):
-            pass
-
-    clock.run(main(), virtual=False)
+def test_status_of_a_store_with_no_runs_says_so(empty_store):
+    db = empty_store
     listed = status(db)
     assert listed.exit_code == 0 and listed.output == f"no runs in {db}\n"
 

@@ -205,19 +205,12 @@ def test_logs_lists_every_attempt_with_its_outcome_and_cause(local_run):
     assert "exit code 1" in done.output and "memory" in done.output
 
 
-def test_logs_without_a_run_list_the_newest_run_s_attempts(local_run, tmp_path):
+def test_logs_without_a_run_list_the_newest_run_s_attempts(local_run, empty_store):
     db, run_id = local_run
     assert logs(db).output == logs(db, run_id).output
-    empty = tmp_path / "empty.db"
-    clock.run(_create(empty), virtual=False)
-    done = logs(empty)
+    done = logs(empty_store)
     assert done.exit_code == 2
-    assert f"{empty}: no run yet" in " ".join(done.output.split())
-
-
-async def _create(db) -> None:
-    async with await Store.open(db):  # a store, with no run in it
-        pass
+    assert f"{empty_store}: no run yet" in " ".join(done.output.split())
 
 
 def test_logs_of_a_task_show_the_head_the_bytes_cut_and_the_tail_of_its_output(local_run):
