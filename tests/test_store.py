@@ -2,6 +2,8 @@
 field wins), rows of every table and shape land in one flush, nothing before it."""
 
 import asyncio
+import json
+import math
 import sqlite3
 import time
 
@@ -51,6 +53,27 @@ def test_a_staged_value_is_the_one_at_staging_time():
             return await store.rows("runs")
 
     assert clock.run(main(), virtual=False)[0]["summary"] == {"tasks": 1}
+
+
+def test_a_json_field_is_written_as_json_dumps_writes_it():
+    """The store's encoder, built once, writes what ``json.dumps`` would, infinity included
+    (an allocation's unbounded wall time)."""
+    values = [
+        {"cores": 1.0, "memory": 2e3, "disk": 0.5, "wall": math.inf},
+        ["", 'tail \u00e9\n"quoted"', 0],
+        {"nested": [1, None, True, {"x": -math.inf}]},
+        "text",
+    ]
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            for i, value in enumerate(values):
+                store.stage("runs", {"run_id": str(i)}, summary=value)
+            await store.flush()
+            return await store._db.query("SELECT summary FROM runs ORDER BY run_id")
+
+    written = [text for (text,) in clock.run(main(), virtual=False)]
+    assert written == [json.dumps(v, separators=(",", ":")) for v in values]
 
 
 def test_a_flush_cancelled_while_its_write_waits_still_writes_it():
