@@ -481,11 +481,12 @@ class Engine:
         self._unanswered[key] = (worker, spec)
 
         def ended(done: asyncio.Future[AttemptResult]) -> None:
+            self._inflight.discard(done)
             self._unanswered.pop(key, None)
             if not done.cancelled():
                 self.post(AttemptEnded(worker, spec, done.result()))
 
-        self._follow_future(future)
+        self._inflight.add(future)  # as _follow_future, in the one callback an attempt costs
         future.add_done_callback(ended)
 
     def _given_up(self, worker: Any, spec: AttemptSpec, why: str) -> None:
