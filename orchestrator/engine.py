@@ -276,6 +276,10 @@ class Engine:
                         self._effects(self.state.apply(WorkerJoined(worker)))
                 case WorkersGone(pilot, workers):
                     self.source.ended(pilot, workers)
+                    if pilot is not None:
+                        self._give_up_on(
+                            {pilot.pilot_id}, "its pilot ended before its worker came back"
+                        )
                 case CancelJob(job_id):
                     self._spawn(self.backend.cancel(job_id))
 
@@ -456,15 +460,18 @@ class Engine:
                 gone.append(pilot)
             else:
                 self.state.taken_over(pilot, job_id)
+        ended = {p.pilot_id for p in pilots if not p.live} | {p.pilot_id for p in gone}
+        self._give_up_on(ended, "its pilot ended while the run had no manager")
         for pilot in gone:  # after the others: a dependent of a gone pilot is cancelled
             self._effects(self.state.gone(pilot))
-        ended = {p.pilot_id for p in pilots if not p.live}
-        for key, pilot_id in self.state.expected_on.items():
-            if pilot_id in ended and key in self._unanswered:  # no worker of it can come back
-                self._given_up(
-                    *self._unanswered[key], "its pilot ended while the run had no manager"
-                )
         await self.recorder.flush()
+
+    def _give_up_on(self, pilot_ids: set[str], why: str) -> None:
+        """The attempts a resumed run awaits from workers of ``pilot_ids``, which ended: lost
+        at once (no worker of theirs can come back to tell)."""
+        for key, pilot_id in list(self.state.expected_on.items()):
+            if pilot_id in pilot_ids and key in self._unanswered:
+                self._given_up(*self._unanswered[key], why)
 
     # ---- attempts -------------------------------------------------------------
 

@@ -233,7 +233,8 @@ class RunState:
         self.expected: dict[str, list[AttemptSpec]] = {}
         """Attempts of a resumed run still on their workers, by worker id."""
         self.expected_on: dict[Key, str] = {}
-        """The pilot each of those attempts ran on."""
+        """The pilot each of those attempts ran on, while it is awaited: until its worker
+        comes back, or its end is known."""
 
     @property
     def now(self) -> float:
@@ -510,12 +511,13 @@ class RunState:
         return min(starts, default=self.now) + stage.spec.allocation.time_limit_s
 
     def pilot_views(self) -> list[PilotView]:
+        busy = self._busy()
         return [
             PilotView(
                 p.pilot_id,
                 p.stages,
                 p.state == JobState.RUNNING,
-                self.pool.busy(p.pilot_id),
+                busy(p.pilot_id),
                 p.info.wait if p.info else None,
                 p.allocation,
                 self._ends(p),
@@ -596,15 +598,22 @@ class RunState:
         """Pilots whose stages are all over and on which nothing runs: to be released (each
         is drained, so that it takes no new task meanwhile)."""
         finished = []
+        busy = self._busy()
         for pilot in self.pilots.values():
             if pilot.released or not pilot.live:
                 continue
             if any(self.stages[s].phase.open for s in pilot.stages):
                 continue
             self.pool.drain(pilot.pilot_id)
-            if not self.pool.busy(pilot.pilot_id):
+            if not busy(pilot.pilot_id):
                 finished.append(pilot)
         return finished
+
+    def _busy(self) -> Callable[[str], bool]:
+        """Whether attempts run on a pilot: on its workers in the pool, or on workers of it
+        that a resumed run awaits (releasing it would kill what they run)."""
+        awaited = set(self.expected_on.values())
+        return lambda pilot_id: self.pool.busy(pilot_id) or pilot_id in awaited
 
     def _on_job(self, info: JobInfo) -> list[Effect]:
         pilot = self.by_job.get(info.job_id)
@@ -673,6 +682,7 @@ class RunState:
         kept.sort(key=lambda spec: spec.key in self.stage_of(spec.task_id).waiting)
         for spec in kept:
             key = spec.key
+            self.expected_on.pop(key, None)  # in the pool now
             started = key not in self.stage_of(spec.task_id).waiting
             self._began(self.pool.occupy(worker.id, key, spec.allocation, started))
         if pilot.released:
@@ -798,6 +808,7 @@ class RunState:
 
     def _on_result(self, worker: Worker, spec: AttemptSpec, result: AttemptResult) -> None:
         key = spec.key
+        self.expected_on.pop(key, None)
         started = self.pool.release(worker.id, key, spec.allocation)
         task_run = self.task(spec.task_id)
         stage = self.stages[task_run.task.stage]

@@ -53,6 +53,13 @@ def attempts(db, outcome: str) -> list[tuple[str, int]]:
     return [(task, attempt) for task, attempt, said in rows if said == outcome]
 
 
+def output_tails(db) -> dict[tuple[str, int], str | None]:
+    """Each attempt's output tail, where the worker or manager says why it ended."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute("SELECT task_id, attempt, output_tail FROM attempts").fetchall()
+    return {(task, attempt): tail for task, attempt, tail in rows}
+
+
 def live_pilots(db) -> set[str]:
     return {p for p, state in pilot_states(db).items() if state in ("PENDING", "RUNNING")}
 
@@ -117,12 +124,49 @@ def test_the_attempts_of_a_pilot_that_ended_while_the_run_had_no_manager_run_aga
     summary = crash.resume()
     assert summary["status"] == "done", summary["error"]
     assert sorted(set(crash.ids())) == crash.expected_ids()
-    with sqlite3.connect(crash.db) as con:
-        rows = con.execute("SELECT task_id, attempt, output_tail FROM attempts").fetchall()
-    tails = {(task, attempt): tail for task, attempt, tail in rows}
+    tails = output_tails(crash.db)
     assert running and all(
         tails[key] == "[leadtime] its pilot ended while the run had no manager" for key in running
     )
+    assert crash.leftovers() == []
+
+
+def test_the_attempts_of_a_pilot_that_ends_before_its_workers_come_back_run_again_at_once(
+    tmp_path,
+):
+    """Resumed, the run awaits the workers that were running its attempts; a pilot whose job
+    ends before they come back (stopped, then killed) has its attempts run again at once, not
+    after the wait for a worker to come back (``reattach_s``)."""
+    crash = Crash(tmp_path, "local")
+    crash.start()
+    assert crash.wait_for(lambda c: c.done("a") >= 2 and attempts(c.db, "running"))
+    crash.kill()
+    running = attempts(crash.db, "running")
+    records = (tmp_path / ".leadtime" / crash.run_id).glob("*.pilot")
+    workers = [pid for r in records for pid, _ in json.loads(r.read_text())["workers"]]
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)  # alive, but cannot come back
+    resumed = subprocess.Popen(
+        crash.command("resume", crash.run_id),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert resumed.stdout is not None
+    told = []
+    for line in resumed.stdout:
+        told.append(line)
+        if "taken over" in line:  # every pilot is, before the first pass tells it
+            break
+    for pid in workers:  # the pilots end: their workers never come back
+        os.kill(pid, signal.SIGKILL)
+    told += resumed.stdout.readlines()
+    assert resumed.wait(timeout=120) == 0, "".join(told)
+    assert sorted(set(crash.ids())) == crash.expected_ids()
+    tails = output_tails(crash.db)
+    assert running and all(
+        tails[key] == "[leadtime] its pilot ended before its worker came back" for key in running
+    ), tails
     assert crash.leftovers() == []
 
 

@@ -16,12 +16,13 @@ from orchestrator.agent.attempt import AttemptResult, Outcome
 from orchestrator.events import AttemptEnded, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.planner import Cancel, Phase, Release, Submit, make_planner
 from orchestrator.pool import AHEAD_DEPTH, Pool
-from orchestrator.recorder import Recorder
+from orchestrator.recorder import Recorder, request_json
 from orchestrator.runs import RunState as Status
 from orchestrator.runs import SavedRun
 from orchestrator.runstate import (
     CancelJob,
     Launch,
+    PilotRun,
     RunState,
     TaskState,
     WorkersDue,
@@ -43,9 +44,18 @@ class Rows:
     def table(self, name: str) -> list[dict]:
         return [fields for (table, _), fields in self.rows.items() if table == name]
 
-    def saved(self) -> SavedRun:
+    def saved(self, *pilots: PilotRun) -> SavedRun:
         """The run as a store holding these rows would give it back to a resuming manager,
-        but for its pilots (the engine records their requests, not the state)."""
+        with ``pilots`` (the engine records their requests, not the state)."""
+        for pilot in pilots:
+            self.stage(
+                "pilots",
+                {"run_id": "r1", "pilot_id": pilot.pilot_id},
+                stage=",".join(pilot.stages),
+                request=request_json(pilot.request),
+                job_id=pilot.job_id,
+                submit_t=pilot.submit_t,
+            )
 
         def rows(name: str) -> list[dict]:
             keys, columns = TABLES[name]
@@ -56,7 +66,8 @@ class Rows:
             ]
 
         run = next(iter(rows("runs")), {"status": "running"})  # the engine writes its row
-        return SavedRun(run, *map(rows, ("stages", "tasks", "attempts")), [], [])
+        kept = [row for row in rows("pilots") if row["request"] is not None]
+        return SavedRun(run, *map(rows, ("stages", "tasks", "attempts")), kept, [])
 
 
 def new_state(text: str) -> tuple[RunState, Rows]:
@@ -146,13 +157,19 @@ def test_a_run_goes_from_event_to_event_to_its_end():
     assert state.status is Status.DONE and state.end_t == 30.0
 
 
-def test_a_result_counts_once_and_a_lost_attempt_runs_again():
+def one_done_one_running() -> tuple[RunState, Rows, Launch, Launch]:
+    """Stage a on pilot 7's worker n1: a.0 succeeded (first), a.1 runs (second)."""
     state, rows = new_state(TWO_STAGES)
     state.start()
     started_pilot(state, "a", "7")
     state.apply(WorkerJoined(Node("n1", "7")))
     first, second = state.place()
     state.apply(success(first))
+    return state, rows, first, second
+
+
+def test_a_result_counts_once_and_a_lost_attempt_runs_again():
+    state, rows, first, second = one_done_one_running()
     state.apply(success(first))  # told twice
     assert state.stages["a"].done == 1
 
@@ -235,6 +252,29 @@ def test_a_task_whose_worker_vanishes_under_it_max_attempts_times_fails_and_no_o
         "worker left: disconnected); a task that takes its worker down runs at most "
         "max_attempts (2) times"
     )
+
+
+def test_a_resumed_run_holds_a_pilot_whose_worker_it_awaits_until_its_attempt_ends():
+    """After its manager died, a pilot whose worker has not come back yet still runs that
+    worker's attempt: it is busy (a planner releases only an idle pilot, and that release
+    would kill the attempt) until the attempt ends, whether its worker comes back or not."""
+    state, rows, _, second = one_done_one_running()
+    (pilot,) = state.pilots.values()
+    for comes_back in (True, False):
+        resumed, _ = new_state(TWO_STAGES)
+        (taken,) = resumed.restore(rows.saved(pilot))
+        resumed.taken_over(taken, "7")
+        resumed.apply(JobChanged(JobInfo("7", JobState.RUNNING, start_time=110)))
+        assert resumed.expected_on == {second.spec.key: pilot.pilot_id}
+        (view,) = resumed.pilot_views()
+        assert view.busy  # nothing of it in the pool yet
+        if comes_back:
+            resumed.apply(WorkerJoined(Node("n1", "7")))
+            assert resumed.pilot_views()[0].busy
+        worker = Node("n1", "7") if comes_back else Node("n1", "")
+        resumed.apply(success(Launch(worker, second.spec)))
+        assert resumed.expected_on == {}
+        assert not resumed.pilot_views()[0].busy
 
 
 def test_a_task_at_the_limit_names_the_tasks_its_workers_held_each_time_they_vanished():
