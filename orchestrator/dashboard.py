@@ -212,7 +212,7 @@ class Dashboard:
 class DecisionLog:
     """Prints each decision of the engine once, as a line, when it is taken; and, for a stage
     whose attempts keep not succeeding, a line of its counts by cause and its tasks' size now,
-    at most once per ``every_s`` of the run's time (and once more at the end)."""
+    at most once per ``every_s`` of the run's time (and once more as the stage ends)."""
 
     def __init__(self, console: Console, every_s: float = 60.0) -> None:
         self._console = console
@@ -243,7 +243,8 @@ class DecisionLog:
     def _trouble(self, engine: Engine, now: float, final: bool = False) -> None:
         for name, stage in engine.state.stages.items():
             told, when = self._told.get(name, (Counter(), -math.inf))
-            if stage.causes == told or (not final and now - when < self._every_s):
+            due = final or not stage.phase.open or now - when >= self._every_s
+            if stage.causes == told or not due:
                 continue
             self._told[name] = (Counter(stage.causes), now)
             size, going = stage.last_allocation, stage.phase.open

@@ -13,7 +13,7 @@ from backends import clock
 from orchestrator.cli import DEMO_MOCK
 from orchestrator.dashboard import PILOT_ROWS, DecisionLog, killed, render
 from orchestrator.engine import Engine
-from orchestrator.human import duration, megabytes
+from orchestrator.human import duration, megabytes, offset
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import example, load
@@ -148,16 +148,25 @@ def test_off_a_terminal_a_stage_s_trouble_is_logged_at_a_bounded_rate_and_once_a
     assert "stage simulate: no wait learned yet" in out.getvalue()  # the decisions, as before
 
 
-def test_a_stage_s_trouble_told_at_the_end_of_its_run_is_not_so_far():
-    """Told first while the stage runs, then at the end, when it is over: its count is final,
-    and no size is what its tasks get now."""
+def test_a_stage_s_trouble_told_as_the_stage_ends_is_not_so_far():
+    """Told first while the stage runs, then as it ends (not at the run's end, stages later):
+    its count is final, and no size is what its tasks get now."""
     out = io.StringIO()
+    ends: list[Engine] = []
     with (log := DecisionLog(Console(file=out, width=200), every_s=1e9)):
-        demo(log)
+
+        def observe(engine):
+            log(engine)
+            ends[:] = [engine]
+
+        demo(observe)
     told = [line for line in out.getvalue().splitlines() if "did not succeed" in line]
     assert len(told) == 2
     assert "did not succeed so far" in told[0] and "its tasks are now sized" in told[0]
     assert re.search(r"stage simulate: \d+ attempts did not succeed \(\d+ memory\)$", told[1])
+    state = ends[0].state
+    end = state.stages["simulate"].end_t
+    assert end < state.end_t and told[1].startswith(f"{offset(end)}  ")
 
 
 def test_a_decision_is_one_line_whatever_the_console_s_width():
