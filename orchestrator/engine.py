@@ -488,12 +488,11 @@ class Engine:
         self._unanswered[key] = (worker, spec)
 
         def ended(done: asyncio.Future[AttemptResult]) -> None:
-            self._inflight.discard(done)
             self._unanswered.pop(key, None)
             if not done.cancelled():
                 self.post(AttemptEnded(worker, spec, done.result()))
 
-        self._inflight.add(future)  # as _follow_future, in the one callback an attempt costs
+        self._follow_future(future)
         future.add_done_callback(ended)
 
     def _given_up(self, worker: Any, spec: AttemptSpec, why: str) -> None:
