@@ -7,6 +7,7 @@ sbatch's messages), captured on the local cluster and trimmed to the fields read
 import json
 import os
 import subprocess
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from backends.base import Dependency, JobState, NodeShare, PilotRequest, SubmitE
 from backends.slurm.jobs import (
     JobRecord,
     NodeSize,
+    Seen,
     SlurmOutputError,
     SlurmReportedError,
     parse_scontrol,
@@ -394,12 +396,23 @@ def test_sinfo_output_of_another_shape_is_an_error():
         parse_sinfo_nodes("debug* 16 lots 0\n", {None})
 
 
-def test_a_jobs_whole_second_times_are_not_before_we_submitted_it():
-    """Slurm cuts times down to whole seconds: a job submitted at x.7 s reports x; the
-    backend knows better, having asked at x.7 s."""
+def test_a_jobs_whole_second_times_are_not_before_what_we_saw_of_it():
+    """Slurm cuts times down to whole seconds: a job submitted at x.7 s reports x, and one
+    released at y.4 s may report ending at y; the backend knows better, having asked at x.7 s
+    and seen it running at y.4 s."""
     record = JobRecord(
         "7", JobState.RUNNING, submit_time=100.0, eligible_time=100.0, start_time=101.0
     )
-    later = record.not_before(100.7)
+    seen = Seen(submitted=100.7)
+    later = record.bounded(seen)
     assert (later.submit_time, later.eligible_time, later.start_time) == (100.7, 100.7, 101.0)
-    assert later.end_time is None and record.not_before(None) is record
+    assert later.end_time is None and record.bounded(None) is record
+
+    seen.saw(JobState.PENDING, 101.3)  # a query begun at 101.3 s found it pending
+    seen.saw(JobState.RUNNING, 104.4)
+    seen.saw(JobState.COMPLETED, 105.2)  # says nothing of when it ended
+    assert (seen.pending, seen.alive) == (101.3, 104.4)
+    ended = replace(record, state=JobState.COMPLETED, end_time=104.0).bounded(seen)
+    assert (ended.start_time, ended.end_time) == (101.3, 104.4)
+    gone = JobRecord("8", JobState.CANCELLED, submit_time=100.0, end_time=100.0)
+    assert gone.bounded(Seen(submitted=100.7)).end_time == 100.7

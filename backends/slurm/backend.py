@@ -38,6 +38,7 @@ from backends.base import (
 )
 from backends.slurm.jobs import (
     JobRecord,
+    Seen,
     SlurmOutputError,
     SlurmReportedError,
     parse_scontrol,
@@ -163,8 +164,8 @@ class SlurmBackend:
         self._known: set[str] = set()
         self._active: dict[str, None] = {}  # an ordered set: updates come in submission order
         self._records: dict[str, JobRecord] = {}
-        self._submitted: dict[str, float] = {}
-        """Unix time we asked for each job: Slurm's times, whole seconds, are not earlier."""
+        self._seen: dict[str, Seen] = {}
+        """What we saw of each job ourselves, which bounds Slurm's whole-second times."""
         self._releases: dict[str, _Release] = {}
         self._submitting: set[tuple[str, str]] = set()
         self._cut_short: list[tuple[str, str]] = []
@@ -188,7 +189,7 @@ class SlurmBackend:
             raise
         finally:
             self._submitting.discard(key)
-        self._submitted[job_id] = asked
+        self._seen[job_id] = Seen(submitted=asked)
         self._track(job_id)
         return job_id
 
@@ -307,7 +308,7 @@ class SlurmBackend:
                 return None
             else:
                 await clock.sleep(self.poll_interval_s)
-        self._submitted[job_id] = submitted
+        self._seen[job_id] = Seen(submitted=submitted)
         with contextlib.suppress(LookupError):
             record = await self._current(job_id)
             if record.state is JobState.PENDING and "Held" in record.reason:
@@ -414,24 +415,29 @@ class SlurmBackend:
         self._poller = None
 
     async def _poll(self) -> None:
+        at = clock.epoch_now()
         records = await self._squeue()
         for job_id in list(self._active):
             record = records.get(job_id) or await self._scontrol(job_id)
             if record is None:
                 last = self._records.get(job_id, JobRecord(job_id, JobState.PENDING))
                 record = last.vanished()
-            self._observe(record)
+            self._observe(record, at)
         await self._follow_releases()
 
-    def _observe(self, record: JobRecord) -> None:
-        record = record.not_before(self._submitted.get(record.job_id))
+    def _observe(self, record: JobRecord, at: float) -> JobRecord:
+        """Take in ``record``, from a query begun at Unix time ``at``: bounded by what we saw."""
+        if (seen := self._seen.get(record.job_id)) is not None:
+            seen.saw(record.state, at)
+        record = record.bounded(seen)
         if record.job_id not in self._active or self._records.get(record.job_id) == record:
-            return
+            return record
         self._records[record.job_id] = record
         self._updates.put_nowait(record.info())
         if record.state.finished:
             self._active.pop(record.job_id, None)
             self._releases.pop(record.job_id, None)
+        return record
 
     async def _follow_releases(self) -> None:
         now = clock.now()
@@ -455,12 +461,11 @@ class SlurmBackend:
         async def lookup() -> JobRecord | None:
             return (await self._squeue()).get(job_id) or await self._scontrol(job_id)
 
+        at = clock.epoch_now()
         record = await self._retrying(f"state of job {job_id}", lookup)
         if record is None:
             raise LookupError(f"Slurm knows no job {job_id}")
-        record = record.not_before(self._submitted.get(job_id))
-        self._observe(record)
-        return record
+        return self._observe(record, at)
 
     # -- the commands ----------------------------------------------------------------------
 

@@ -56,6 +56,27 @@ class SlurmReportedError(SlurmOutputError):
     """``squeue --json`` reported a failure inside its output (e.g. no controller)."""
 
 
+@dataclass(slots=True)
+class Seen:
+    """What the backend saw of one job itself, in Unix time. Slurm's times are whole seconds,
+    cut down: a job submitted at x.7 s reports x, and one released at y.4 s may report
+    ending at y, before the moment it was last seen running."""
+
+    submitted: float
+    """When we asked for it: none of its times is earlier."""
+    pending: float | None = None
+    """The last moment it was seen pending: it started later."""
+    alive: float | None = None
+    """The last moment it was seen not ended: it ended later."""
+
+    def saw(self, state: JobState, at: float) -> None:
+        """A query that began at ``at`` found the job in ``state``."""
+        if state is JobState.PENDING:
+            self.pending = at
+        if not state.finished:
+            self.alive = at
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """One job as Slurm reported it; times are Unix seconds, None when not (yet) known."""
@@ -90,21 +111,23 @@ class JobRecord:
             nodes=self.nodes,
         )
 
-    def not_before(self, moment: float | None) -> JobRecord:
-        """This job with no time before ``moment``, when we submitted it: Slurm's times are
-        whole seconds, cut down (a job submitted at x.7 s reports x)."""
-        if moment is None:
+    def bounded(self, seen: Seen | None) -> JobRecord:
+        """This job's times within what the backend saw of it itself (see :class:`Seen`)."""
+        if seen is None:
             return self
 
-        def at_least(t: float | None) -> float | None:
-            return None if t is None else max(t, moment)
+        def at_least(t: float | None, *moments: float | None) -> float | None:
+            if t is None:
+                return None
+            return max(t, seen.submitted, *(m for m in moments if m is not None))
 
+        start = at_least(self.start_time, seen.pending)
         return replace(
             self,
             submit_time=at_least(self.submit_time),
             eligible_time=at_least(self.eligible_time),
-            start_time=at_least(self.start_time),
-            end_time=at_least(self.end_time),
+            start_time=start,
+            end_time=at_least(self.end_time, seen.alive, start),
         )
 
     def vanished(self) -> JobRecord:
