@@ -22,7 +22,7 @@ from rich.text import Text
 from backends import clock
 from backends.registry import simulated
 from learners.resources import RESOURCES
-from orchestrator.agent.attempt import Captured
+from orchestrator.agent.attempt import OURS, OVER_AT_END, Captured
 from orchestrator.human import duration, megabytes, number, offset
 from orchestrator.runrecord import StoreRow
 from orchestrator.runs import ON_WORKER, OnWorker, RunState, state
@@ -30,8 +30,6 @@ from orchestrator.store import Store
 
 FOLLOW_POLL_S = 1.0
 """``--follow`` reads the store at most this often."""
-OURS = "[leadtime] "
-"""How the worker's own lines in an attempt's output tail begin."""
 
 
 @dataclass(frozen=True)
@@ -138,15 +136,16 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
             )
         )
         return Group(*lines)
+    said = [line.removeprefix(OURS) for line in (row.get("output_tail") or "").splitlines()]
+    killed = not any(line.startswith(OVER_AT_END) for line in said)
     if row.get("exhausted"):
-        lines.append(Text("  " + _killed(row)))
+        lines.append(Text("  " + _exhausted(row, killed)))
     elif row.get("cause"):
         lines.append(Text(f"  why: {row['cause']}"))
-    lines.append(_resources(row))
-    for line in (row.get("output_tail") or "").splitlines():
-        said = line.removeprefix(OURS)
-        if said != line and not said.startswith("killed:"):  # a kill is said above
-            lines.append(Text(f"  the worker: {said}"))
+    lines.append(_resources(row, killed))
+    for line, whole in zip(said, (row.get("output_tail") or "").splitlines(), strict=True):
+        if line != whole and not line.startswith(("killed:", OVER_AT_END)):  # said above
+            lines.append(Text(f"  the worker: {line}"))
     if output and output.get("sandbox"):
         lines.append(Text(f"  scratch directory kept: {output['sandbox']}", style="bold"))
     if output is None:
@@ -157,18 +156,21 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
     return Group(*lines)
 
 
-def _killed(row: StoreRow) -> str:
+def _exhausted(row: StoreRow, killed: bool) -> str:
+    """Why the attempt was exhausted: killed as it went over, or found over as it ended."""
     resource, measured = row["exhausted"], row.get("measured")
     allocated = (row.get("allocation") or {}).get(resource)
     if measured is not None and allocated is not None and measured <= allocated:
-        return f"killed: {resource} reached its allocation of {_amount(resource, allocated)}"
-    return (
-        f"killed: {resource} reached {_amount(resource, measured)}, over its allocation of "
-        f"{_amount(resource, allocated)}"
-    )
+        what = f"{resource} reached its allocation of {_amount(resource, allocated)}"
+    else:
+        what = (
+            f"{resource} reached {_amount(resource, measured)}, over its allocation of "
+            f"{_amount(resource, allocated)}"
+        )
+    return f"killed: {what}" if killed else f"{what}, found as it ended (no sample caught it)"
 
 
-def _resources(row: StoreRow) -> Table:
+def _resources(row: StoreRow, killed: bool) -> Table:
     """Allocation and peak of each resource (the peak of a killed attempt: up to its kill)."""
     allocation, peak = row.get("allocation") or {}, row.get("peak") or {}
     table = Table(box=None, padding=(0, 2), show_edge=False)
@@ -177,7 +179,7 @@ def _resources(row: StoreRow) -> Table:
     table.add_column("peak", justify="right")
     table.add_column("")
     for r in RESOURCES:
-        mark = "← killed" if r == row.get("exhausted") else ""
+        mark = ("← killed" if killed else "← over") if r == row.get("exhausted") else ""
         table.add_row(f"  {r}", _amount(r, allocation.get(r)), _amount(r, peak.get(r)), mark)
     return table
 

@@ -320,6 +320,24 @@ async def test_outputs_count_against_the_tasks_disk(runner, tmp_path):
     assert not (tmp_path / "big").exists()
 
 
+async def test_a_task_over_its_disk_too_quick_for_any_sample_is_exhausted_all_the_same(tmp_path):
+    """The same task is judged the same however quick it is: one that wrote 30 MB into a
+    10 MB disk and exited 0 before the first sample is found over as it ends, as a slower
+    one is killed; its outputs go, and its words say which."""
+    late = MonitorConfig(interval_s=60, first_sample_s=60)  # no sample comes
+    runner = Runner(RunnerConfig(root=tmp_path / "scratch"), Monitor(late))
+    write = "head -c 31457280 /dev/zero > big"
+    spec = AttemptSpec("t", 1, write, Resources(1, 200, 10), "", str(tmp_path), ("big",))
+    result = await runner.run(spec)
+    assert result.outcome is Outcome.EXHAUSTED and result.exit_code == 0
+    assert result.exhaustion == Exhaustion("disk", pytest.approx(30.0, abs=0.1))
+    assert not (tmp_path / "big").exists()
+    assert "over its allocation as it ended: disk reached 30" in result.output_tail
+    assert cause(result, spec.allocation) == "disk 30 MB > 10 MB"
+    within = AttemptSpec("t", 2, write, Resources(1, 200, 40), "", str(tmp_path), ("big",))
+    assert (await runner.run(within)).outcome is Outcome.SUCCESS
+
+
 async def test_an_attempt_without_its_working_directory_fails_clearly(runner, tmp_path):
     result = await runner.run(attempt(tmp_path / "nowhere", "true", ()))
     assert result.outcome is Outcome.FAILED
@@ -344,6 +362,19 @@ def test_a_childs_max_rss_below_its_spawners_is_not_taken_for_its_own():
     exiting = Usage(Resources(1, 1000, 10), FAST)  # its one sample read an exiting tree
     exiting.add(_sample(memory=0.0))
     assert exiting.finish(0.01, 0.0, max_rss=60.0, disk=0.0, spawner_rss=60.0).memory == 60.0
+
+
+def test_the_totals_at_an_attempts_end_break_a_limit_only_where_they_are_its_own():
+    """Disk at the end is exact; a max RSS is the task's own only above its spawner's."""
+    usage = Usage(Resources(1, 50, 10), FAST)
+    usage.finish(0.01, 0.0, max_rss=60.0, disk=12.0, spawner_rss=60.0)
+    assert usage.over == Exhaustion("disk", 12.0)
+    usage = Usage(Resources(1, 50, 10), FAST)  # 60 MB is the worker's, handed down
+    usage.finish(0.01, 0.0, max_rss=60.0, disk=1.0, spawner_rss=60.0)
+    assert usage.over is None
+    usage = Usage(Resources(1, 50, 10), FAST)  # 90 MB is the task's own
+    usage.finish(0.01, 0.0, max_rss=90.0, disk=1.0, spawner_rss=60.0)
+    assert usage.over == Exhaustion("memory", 90.0)
 
 
 def _sample(memory: float) -> Sample:

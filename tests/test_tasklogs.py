@@ -256,6 +256,20 @@ def test_a_kill_that_saw_no_more_than_the_allocation_says_it_reached_it():
     assert "killed: memory reached its allocation of 1.07 GB" in console.export_text()
 
 
+def test_an_attempt_found_over_as_it_ended_is_not_said_to_be_killed():
+    row = {"task_id": "a.0", "attempt": 1, "outcome": "exhausted", "start_t": 0.0, "end_t": 0.1,
+           "exhausted": "disk", "measured": 28.6, "allocation": {"disk": 10.0},
+           "peak": {"disk": 28.6}, "output_tail":
+           "[leadtime] over its allocation as it ended: disk reached 28.6 MB (allocation 10 MB)"
+           }  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "mock"))
+    text = console.export_text()
+    assert "disk reached 29 MB, over its allocation of 10 MB, found as it ended" in text
+    assert "killed" not in text and "← over" in text
+    assert "the worker:" not in text  # said once
+
+
 def test_an_attempt_sent_ahead_to_a_busy_worker_shows_as_waiting_not_running():
     waiting = {"task_id": "a.3", "attempt": 1, "outcome": "waiting", "worker": "w1",
                "pilot_id": "a-0", "start_t": None, "end_t": None}  # fmt: skip

@@ -149,10 +149,10 @@ def cause(result: AttemptResult, allocation: Resources) -> str | None:
         used, allowed = _apart(e.measured, limit)
         return f"{e.resource} {used}{unit} > {allowed}{unit}"
     said = next(
-        (line[len(_OURS) :] for line in result.output_tail.splitlines() if line.startswith(_OURS)),
+        (line[len(OURS) :] for line in result.output_tail.splitlines() if line.startswith(OURS)),
         None,
     )
-    if said is not None and not said.startswith("killed:"):
+    if said is not None and not said.startswith(("killed:", OVER_AT_END)):
         return said
     if result.outcome is Outcome.FAILED and result.exit_code is not None:
         return f"exit code {result.exit_code}"
@@ -181,5 +181,8 @@ def cause_kind(result: AttemptResult) -> str:
     return str(result.outcome)
 
 
-_OURS = "[leadtime] "
+OURS = "[leadtime] "
 """How the worker's own lines in a task's output tail begin."""
+OVER_AT_END = "over its allocation as it ended"
+"""The worker's word for an attempt whose totals at its end broke a limit no sample caught
+(its own line says it where a kill says ``killed``)."""

@@ -115,6 +115,9 @@ class Usage:
         self._series: list[float] | None = [] if config.record_series else None
         self._step = config.interval_s
         self._max_series = config.max_series
+        self.over: Exhaustion | None = None
+        """The limit the attempt's totals at its end break (:meth:`finish`): one it went over
+        between samples, or too quickly for any."""
 
     def add(self, sample: Sample) -> Exhaustion | None:
         """Fold in ``sample``; the limit it breaks, if any."""
@@ -159,16 +162,19 @@ class Usage:
 
         ``cpu`` is its CPU seconds, ``disk`` the final size of what it wrote, and ``max_rss``
         the largest RSS (MB) any one process of the tree reached as ``wait4`` tells it. The
-        kernel carries the high-water RSS of the process that forked the task
-        (``spawner_rss``: the worker's) over into the task's at ``exec``, so ``max_rss`` is
-        the task's own only when it is above that; otherwise it is only an upper bound,
-        used when no sample saw the task's memory (none was taken, or the one taken read
-        a tree already exiting).
+        kernel carries the high-water RSS of the process that forked the task over into the
+        task's at ``exec`` (``spawner_rss``: the worker's, read after the spawn, so not below
+        what was carried), so ``max_rss`` is the task's own only when it is above that;
+        otherwise it is only an upper bound, used when no sample saw the task's memory (none
+        was taken, or the one taken read a tree already exiting), and never to find a limit
+        broken.
         """
         self.cpu = max(self.cpu, cpu)
-        if max_rss > spawner_rss or self.memory == 0:
+        own_rss = max_rss if max_rss > spawner_rss else 0.0
+        if own_rss or self.memory == 0:
             self.memory = max(self.memory, max_rss)
         self.disk = max(self.disk, disk)
+        self.over = broken_limit(self.allocation, Sample(wall, own_rss, self.cpu, disk))
         if self._series and max(self._series) < self.memory:
             # The exact peak came between samples; the series must not hide it.
             self._series[-1] = self.memory

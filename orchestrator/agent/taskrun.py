@@ -46,7 +46,14 @@ from typing import Literal
 from backends import clock
 from learners.resources import Exhaustion, Resources
 from orchestrator.agent import footprint
-from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome, refused
+from orchestrator.agent.attempt import (
+    OVER_AT_END,
+    AttemptResult,
+    AttemptSpec,
+    Captured,
+    Outcome,
+    refused,
+)
 from orchestrator.agent.footprint import Footprint
 from orchestrator.agent.lineage import ATTEMPT_TOKEN, WORKER_TOKEN, new_token
 from orchestrator.agent.monitor import MB, MemoryCgroups, Monitor, high_water_rss
@@ -132,6 +139,8 @@ class _Running:
     """Why it was stopped, if it was stopped for another reason than a limit."""
     missing: list[str] | None = None
     """Declared outputs it did not create, though it exited 0."""
+    over_at_end: bool = False
+    """``exhaustion`` was found in its totals when it ended, not while it ran."""
     kill_timer: asyncio.TimerHandle | None = None
 
 
@@ -184,13 +193,14 @@ class Runner:
         footprint.prepare(workdir, spec.outputs)  # stale or half-written ones: not this one's
         cgroup = self.cgroups.create(sandbox.name, spec.allocation.memory) if self.cgroups else None
         token = new_token()
-        spawner_rss = high_water_rss()
         start = clock.now()
         try:
             pid = self._spawn(spec, sandbox, workdir, token, cpus)
         except OSError as e:
             self._clean(sandbox, cgroup, success=False)
             return refused(spec, f"cannot start {self.config.shell}: {e}")
+        # Read after the spawn: the high-water mark the task inherited at exec is not above it.
+        spawner_rss = high_water_rss()
         running = self._running[key] = _Running(pid, _reaper().track(pid), token)
         if cgroup is not None and self.cgroups is not None:
             self.cgroups.add(cgroup, pid)
@@ -217,7 +227,8 @@ class Runner:
             spawner_rss=spawner_rss,
         )
         exit_code = os.waitstatus_to_exitcode(status)
-        outcome, exhaustion = self._classify(spec, running, exit_code, peak, cgroup)
+        over = watch.usage.over
+        outcome, exhaustion = self._classify(spec, running, exit_code, peak, over, cgroup)
         absent = footprint.missing(workdir, spec.outputs) if outcome is Outcome.SUCCESS else []
         if absent:
             outcome, running.missing = Outcome.FAILED, absent
@@ -353,14 +364,21 @@ class Runner:
         running: _Running,
         exit_code: int,
         peak: Resources,
+        over: Exhaustion | None,
         cgroup: Path | None,
     ) -> tuple[Outcome, Exhaustion | None]:
+        """How the attempt ended. One that went over its allocation is EXHAUSTED however it
+        exited, whether a sample caught it running or only its totals at the end did: the
+        same task is judged the same, however quick it was."""
         if running.lost is not None:
             return Outcome.LOST, None
         if running.exhaustion is not None:
             return Outcome.EXHAUSTED, running.exhaustion
         if cgroup is not None and self.cgroups is not None and self.cgroups.oom_killed(cgroup):
             return Outcome.EXHAUSTED, Exhaustion("memory", max(peak.memory, spec.allocation.memory))
+        if over is not None:
+            running.exhaustion, running.over_at_end = over, True
+            return Outcome.EXHAUSTED, over
         if exit_code == 0:
             return Outcome.SUCCESS, None
         return Outcome.FAILED, None
@@ -377,8 +395,9 @@ class Runner:
             e = running.exhaustion
             unit = " s" if e.resource == "wall" else " MB"
             limit = spec.allocation[e.resource]
+            how = OVER_AT_END if running.over_at_end else "killed"
             parts.append(
-                f"[leadtime] killed: {e.resource} reached {e.measured:.6g}{unit}"
+                f"[leadtime] {how}: {e.resource} reached {e.measured:.6g}{unit}"
                 f" (allocation {limit:.6g}{unit})"
             )
         for name in (STDOUT, STDERR):
