@@ -170,6 +170,7 @@ class Recorder:
             end_t=t,
             output_tail=result.output_tail or None,
             cause=why,
+            starved=result.starved or None,
         )
         if (output := result.output()) is not None:
             self.store.stage("outputs", key, **output)

@@ -838,7 +838,7 @@ class RunState:
             self.sizer.observe(
                 Record(
                     task_run.features,
-                    result.peak,
+                    result.sizing_peak(spec.allocation),
                     result.memory_series,
                     result.sample_interval_s,
                 )

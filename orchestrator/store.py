@@ -99,6 +99,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "end_t",
             "output_tail",
             "cause",
+            "starved",
         ),
     ),
     "outputs": (  # apart from attempts: what reads every attempt reads none of their output

@@ -143,6 +143,16 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
     elif row.get("cause"):
         lines.append(Text(f"  why: {row['cause']}"))
     lines.append(_resources(row, killed))
+    if row.get("starved"):
+        got = _amount("cores", (row.get("peak") or {}).get("cores"))
+        given = _amount("cores", (row.get("allocation") or {}).get("cores"))
+        lines.append(
+            Text(
+                f"  starved: its CPUs were busy through most of its run and it used {got} of "
+                f"the {given} cores it was given; its category's cores are sized as if it had "
+                "used them all (an oversubscribed node would otherwise shrink them further)"
+            )
+        )
     for line, whole in zip(said, (row.get("output_tail") or "").splitlines(), strict=True):
         if line != whole and not line.startswith(("killed:", OVER_AT_END)):  # said above
             lines.append(Text(f"  the worker: {line}"))

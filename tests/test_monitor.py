@@ -15,6 +15,7 @@ from learners.sizing.base import Exhaustion
 from orchestrator.agent.attempt import AttemptSpec, Outcome
 from orchestrator.agent.footprint import directory_size
 from orchestrator.agent.monitor import (
+    CpuTimes,
     MemoryCgroups,
     Monitor,
     MonitorConfig,
@@ -298,3 +299,37 @@ async def test_the_kernel_backstop_kills_a_hog_faster_than_sampling(tmp_path):
     assert result.outcome is Outcome.EXHAUSTED
     assert result.exhaustion.resource == "memory"
     assert math.isfinite(result.exhaustion.measured)
+
+
+def test_cpu_times_give_the_busy_share_of_a_set_of_cpus(tmp_path):
+    stat = tmp_path / "stat"
+    line = "cpu{} {} 0 {} {} {} 0 0 0 0 0\n"  # user nice system idle iowait ...
+    total = "cpu  9 9 9 9 9 0 0 0 0 0\n"  # all CPUs together: not one of them
+    stat.write_text(total + line.format(0, 10, 0, 90, 0) + line.format(1, 50, 0, 50, 0))
+    before = CpuTimes.read(str(stat))
+    stat.write_text(line.format(0, 110, 0, 90, 0) + line.format(1, 60, 10, 120, 10))
+    after = CpuTimes.read(str(stat))
+    assert after.busy_since(before, frozenset({0})) == 1.0  # busy all along
+    assert after.busy_since(before, frozenset({1})) == 0.2  # idle and iowait are not busy
+    assert after.busy_since(before, frozenset({0, 1})) == pytest.approx(120 / 200)
+    assert after.busy_since(None, frozenset({0})) is None  # no earlier reading
+    assert after.busy_since(after, frozenset({0})) is None  # no time between
+    assert CpuTimes.read(str(tmp_path / "absent")) is None
+
+
+def test_an_attempt_is_starved_when_its_cpus_were_saturated_and_it_used_well_below_its_cores():
+    def run(busy: float, cpu_per_s: float, cores: float = 1.0) -> Usage:
+        usage = Usage(Resources(cores, 1000, 100), MonitorConfig(window_s=1.0))
+        for step in range(1, 11):
+            t = 0.5 * step
+            usage.add(Sample(t, 10.0, cpu_per_s * t, 0.0, None if step == 1 else busy))
+        usage.finish(wall=5.0, cpu=cpu_per_s * 5.0, max_rss=0.0, disk=0.0)
+        return usage
+
+    assert run(busy=1.0, cpu_per_s=0.2).starved  # crowded out: used 0.2 of 1 core
+    assert not run(busy=0.6, cpu_per_s=0.2).starved  # room to spare: it wanted no more
+    assert not run(busy=1.0, cpu_per_s=0.9).starved  # it got its share
+    assert not run(busy=1.0, cpu_per_s=0.2, cores=0.25).starved  # nearly all it was given
+    unknown = Usage(Resources(1, 1000, 100), MonitorConfig())
+    unknown.finish(wall=0.01, cpu=0.001, max_rss=0.0, disk=0.0)  # no sample: nothing known
+    assert not unknown.starved

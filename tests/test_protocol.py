@@ -131,6 +131,7 @@ def test_results_round_trip():
             stderr=Captured("all of it, ünïcode\n"),
             node="node12",
             sandbox="/scratch/leadtime-w/b.1",
+            starved=True,
         ),
         AttemptResult("c", 2, Outcome.LOST, Resources(wall=0.0)),
     ]
@@ -153,6 +154,7 @@ def test_results_round_trip():
         (10, ["", ""], "stderr"),
         (11, None, "node"),
         (12, "x" * (protocol.MAX_PATH + 1), "sandbox"),
+        (13, 1, "starved"),
     ],
 )
 def test_invalid_results_are_refused(index, value, error):

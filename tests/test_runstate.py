@@ -1,6 +1,7 @@
 """The run's state driven event by event, with no loop, backend or clock: what each event
 changes and what it asks of the world outside."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -491,3 +492,19 @@ def test_a_category_nothing_tells_the_size_of_starts_with_probes_and_more_per_re
     state.apply(success(first[0]))
     assert len(state.place()) == PROBES + 1  # 2 x PROBES under way for one record
     assert state.place() == []
+
+
+def test_a_starved_attempt_teaches_the_sizer_the_cores_it_was_given_not_the_share_it_got():
+    """On crowded CPUs an attempt uses what it gets: sized from that, the next attempts would
+    get fewer cores, crowd the CPUs more, and use less still."""
+    state, _, _, second = one_done_one_running()
+    seen = []
+    observe = state.sizer.observe
+    state.sizer.observe = lambda record: (seen.append(record), observe(record))
+    spec = second.spec
+    got = Resources(cores=0.2, memory=50, disk=1, wall=5)
+    starved = AttemptResult(spec.task_id, spec.attempt, Outcome.SUCCESS, got, starved=True)
+    state.apply(AttemptEnded(second.worker, spec, starved))
+    assert seen[0].peak == got.with_("cores", spec.allocation.cores) and spec.allocation.cores == 1
+    assert starved.sizing_peak(spec.allocation.with_("cores", 0.1)) == got  # it used more
+    assert replace(starved, starved=False).sizing_peak(spec.allocation) == got

@@ -460,3 +460,24 @@ def test_a_kill_cause_shows_two_sizes_that_differ():
     assert cause(killed(1200.0), Resources(1, 1000.0)) == "memory 1,200 MB > 1,000 MB"
     at_limit = "memory reached its limit, 1,069 MB"  # a kill that saw no more than the limit
     assert cause(killed(1068.52174), Resources(1, 1068.52174)) == at_limit
+
+
+async def test_an_attempt_crowded_off_its_cpu_reports_it_was_starved(runner, tmp_path):
+    """A task given a core it shares with a busy process uses half of it: starved. Alone,
+    it uses the core: not starved."""
+    cpu = min(os.sched_getaffinity(0))
+    spin = f'{PY} -c "import time; end = time.time() + 1.5\nwhile time.time() < end: pass"'
+    spec = AttemptSpec("t", 1, spin, Resources(1, 500, 10), "", str(tmp_path))
+    hog = subprocess.Popen(
+        [PY, "-c", "while True: pass"], preexec_fn=lambda: os.sched_setaffinity(0, {cpu})
+    )
+    try:
+        crowded = await runner.run(spec, frozenset({cpu}))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert crowded.outcome is Outcome.SUCCESS
+    assert crowded.starved and crowded.peak.cores < 0.8
+    again = AttemptSpec("t", 2, spin, Resources(1, 500, 10), "", str(tmp_path))
+    alone = await runner.run(again, frozenset({cpu}))
+    assert not alone.starved and alone.peak.cores > 0.8

@@ -87,12 +87,23 @@ class AttemptResult:
     """The host it ran on, where its scratch directory stayed."""
     sandbox: str = ""
     """Its scratch directory on ``node``, when it was kept after the attempt ended."""
+    starved: bool = False
+    """Its CPUs were saturated through most of its run and it used well below the cores it
+    was given: its cores are what it got, not what it needed (:meth:`sizing_peak`)."""
     vanished: bool = False
     """LOST as its worker vanished without a word while holding it (the manager's verdict,
     never sent by a worker): the task may have taken the worker down."""
     beside: frozenset[str] = frozenset()
     """With ``vanished``: the other tasks the worker held, any of which may have taken it
     down instead."""
+
+    def sizing_peak(self, allocation: Resources) -> Resources:
+        """The peak a sizer learns from: a starved attempt counts as having used the cores it
+        was given, so that crowded CPUs (an oversubscribed node) do not shrink the next
+        attempts' cores, crowding them more."""
+        if self.starved and allocation.cores > self.peak.cores:
+            return self.peak.with_("cores", allocation.cores)
+        return self.peak
 
     def output(self) -> dict[str, Any] | None:
         """Its output and where it ran, as the store keeps them; None when it has none (a

@@ -17,6 +17,9 @@ early) and slow down to the interval; a task that ends before its first
 sample costs nothing but a cancelled timer and is measured exactly from its
 ``wait4`` rusage by the caller. :class:`MemoryCgroups` adds the kernel's
 ``memory.max`` as a hard backstop where cgroup v2 is delegated to us.
+
+A task's CPU use is what it got; each sample also reads how busy the CPUs it may run on
+were (:class:`CpuTimes`), so that one crowded off them is known to have been starved.
 """
 
 from __future__ import annotations
@@ -83,6 +86,15 @@ class Sample:
     """CPU seconds used by the tree so far."""
     disk: float
     """MB it wrote (scratch and declared outputs)."""
+    cpus_busy: float | None = None
+    """The share of the time since the previous sample the CPUs it may run on were busy
+    (with it or anything else); None when unknown."""
+
+
+SATURATED = 0.95
+"""CPUs busy this share of the time had nothing left to give a task that wanted more."""
+STARVED_USE = 0.8
+"""A task on saturated CPUs that used less than this share of its cores was starved."""
 
 
 def broken_limit(allocation: Resources, sample: Sample) -> Exhaustion | None:
@@ -118,12 +130,24 @@ class Usage:
         self.over: Exhaustion | None = None
         """The limit the attempt's totals at its end break (:meth:`finish`): one it went over
         between samples, or too quickly for any."""
+        self.starved = False
+        """Its CPUs were saturated most of the time it was watched and it used well below its
+        cores (:meth:`finish`): its use is what it got, not what it needed."""
+        self._last_time = 0.0
+        self._watched_s = 0.0
+        self._saturated_s = 0.0
 
     def add(self, sample: Sample) -> Exhaustion | None:
         """Fold in ``sample``; the limit it breaks, if any."""
         self.memory = max(self.memory, sample.memory)
         self.disk = max(self.disk, sample.disk)
         self._add_cpu(sample.time, sample.cpu)
+        if sample.cpus_busy is not None:
+            span = sample.time - self._last_time
+            self._watched_s += span
+            if sample.cpus_busy >= SATURATED:
+                self._saturated_s += span
+        self._last_time = sample.time
         if self._series is not None:
             self._add_to_series(sample.time, sample.memory)
         return broken_limit(self.allocation, sample)
@@ -179,7 +203,11 @@ class Usage:
             # The exact peak came between samples; the series must not hide it.
             self._series[-1] = self.memory
         average = self.cpu / wall if wall > 0 else 0.0
-        return Resources(max(self.window_cores, average), self.memory, self.disk, wall)
+        cores = max(self.window_cores, average)
+        self.starved = (
+            self._saturated_s > self._watched_s / 2 and cores < STARVED_USE * self.allocation.cores
+        )
+        return Resources(cores, self.memory, self.disk, wall)
 
     @property
     def series(self) -> tuple[tuple[float, ...], float] | None:
@@ -199,6 +227,8 @@ class Watch:
     pid: int
     disk: Callable[[], int]
     """Bytes the task has written, where it may write."""
+    cpus: frozenset[int]
+    """The CPUs it may run on."""
     token: str | None
     """Its attempt's token: processes carrying it are its own wherever they went."""
     usage: Usage
@@ -209,6 +239,8 @@ class Watch:
     active: bool = True
     next_sample: asyncio.TimerHandle | None = None
     wall_limit: asyncio.TimerHandle | None = None
+    cpu_times: CpuTimes | None = None
+    """The node's CPU times at its previous sample."""
 
 
 class Monitor:
@@ -219,6 +251,7 @@ class Monitor:
         self.lineage = Lineage()
         """The tokens of the node's processes, as the ticks saw them."""
         self._due: list[Watch] = []
+        self._cpus = frozenset(os.sched_getaffinity(0))
 
     def watch(
         self,
@@ -228,18 +261,21 @@ class Monitor:
         on_exceeded: Callable[[Exhaustion], None],
         start: float | None = None,
         token: str | None = None,
+        cpus: frozenset[int] | None = None,
     ) -> Watch:
         """Watch the session ``pid`` leads (and the processes carrying ``token``), which
-        started at ``start`` (default: now); ``disk`` measures what it wrote."""
+        started at ``start`` (default: now) on ``cpus`` (default: this process's);
+        ``disk`` measures what it wrote."""
         loop = asyncio.get_running_loop()
         watch = Watch(
-            pid,
-            disk,
-            token,
-            Usage(allocation, self.config),
-            on_exceeded,
-            clock.now() if start is None else start,
-            self.config.first_delay,
+            pid=pid,
+            disk=disk,
+            cpus=cpus or self._cpus,
+            token=token,
+            usage=Usage(allocation, self.config),
+            on_exceeded=on_exceeded,
+            start=clock.now() if start is None else start,
+            delay=self.config.first_delay,
         )
         self._schedule(watch)
         if math.isfinite(allocation.wall):
@@ -271,11 +307,14 @@ class Monitor:
             return
         table = _ProcessTable()
         self.lineage.look(table.started)
+        times = CpuTimes.read()
         for watch in due:
             strays = self.lineage.of_attempt(watch.token) if watch.token else ()
             memory, cpu = table.usage(watch.pid, strays)
             now = clock.now()
-            sample = Sample(now - watch.start, memory / MB, cpu, watch.disk() / MB)
+            busy = times.busy_since(watch.cpu_times, watch.cpus) if times else None
+            watch.cpu_times = times
+            sample = Sample(now - watch.start, memory / MB, cpu, watch.disk() / MB, busy)
             exhaustion = watch.usage.add(sample)
             if exhaustion is not None:
                 self._exceeded(watch, exhaustion)
@@ -290,6 +329,41 @@ class Monitor:
     def _exceeded(self, watch: Watch, exhaustion: Exhaustion) -> None:
         self.unwatch(watch)
         watch.on_exceeded(exhaustion)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """Each CPU's busy and total time so far (``/proc/stat``, in clock ticks)."""
+
+    busy: dict[int, int]
+    total: dict[int, int]
+
+    @classmethod
+    def read(cls, path: str = "/proc/stat") -> CpuTimes | None:
+        try:
+            with open(path, "rb") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return None
+        busy, total = {}, {}
+        for line in lines:
+            if line.startswith(b"cpu") and line[3:4].isdigit():
+                name, *ticks = line.split()
+                # user nice system idle iowait irq softirq steal (guest time is in user's)
+                times = [int(t) for t in ticks[:8]]
+                cpu = int(name[3:])
+                total[cpu] = sum(times)
+                busy[cpu] = total[cpu] - times[3] - (times[4] if len(times) > 4 else 0)
+        return cls(busy, total)
+
+    def busy_since(self, earlier: CpuTimes | None, cpus: frozenset[int]) -> float | None:
+        """The share of the time since ``earlier`` that ``cpus`` were busy; None if unknown."""
+        if earlier is None:
+            return None
+        spent = sum(self.total.get(c, 0) - earlier.total.get(c, 0) for c in cpus)
+        if spent <= 0:
+            return None
+        return sum(self.busy.get(c, 0) - earlier.busy.get(c, 0) for c in cpus) / spent
 
 
 class _ProcessTable:

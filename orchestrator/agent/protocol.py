@@ -77,7 +77,7 @@ from backends import clock
 from learners.resources import RESOURCES, Exhaustion, Resources
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Captured, Outcome
 
-VERSION = 3
+VERSION = 4
 MAX_FRAME = 16 * 2**20
 """Largest frame accepted from an authenticated peer (bytes)."""
 HANDSHAKE_MAX_FRAME = 4096
@@ -359,6 +359,12 @@ def _number(low: float = 0.0, *, infinite: bool = False) -> Callable[[Any, str],
     return check
 
 
+def _flag(value: Any, name: str) -> bool:
+    if type(value) is not bool:
+        raise ProtocolError(f"{name} must be true or false")
+    return value
+
+
 def _raw(size: int) -> Callable[[Any, str], bytes]:
     def check(value: Any, name: str) -> bytes:
         if not isinstance(value, bytes) or len(value) != size:
@@ -628,6 +634,7 @@ def result_item(r: AttemptResult) -> list:
         *([c.head, c.tail, c.cut] for c in (r.stdout, r.stderr)),
         r.node,
         r.sandbox,
+        r.starved,
     ]
 
 
@@ -666,7 +673,8 @@ def results(message: dict) -> list[AttemptResult]:
             stderr,
             node,
             sandbox,
-        ) = _array(item, "result", 13)
+            starved,
+        ) = _array(item, "result", 14)
         if not isinstance(outcome, str) or outcome not in _OUTCOMES:
             raise ProtocolError(f"unknown outcome {outcome!r}")
         if exhaustion is not None:
@@ -692,6 +700,7 @@ def results(message: dict) -> list[AttemptResult]:
                 stderr=_captured(stderr, "stderr"),
                 node=_name(node, "node"),
                 sandbox=_path(sandbox, "sandbox"),
+                starved=_flag(starved, "starved"),
             )
         )
     return out

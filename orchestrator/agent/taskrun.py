@@ -206,7 +206,13 @@ class Runner:
             self.cgroups.add(cgroup, pid)
         wrote = Footprint(sandbox, workdir, spec.outputs)
         watch = self.monitor.watch(
-            pid, wrote.bytes, spec.allocation, lambda e: self._exceeded(running, e), start, token
+            pid,
+            wrote.bytes,
+            spec.allocation,
+            lambda e: self._exceeded(running, e),
+            start,
+            token,
+            cpus,
         )
         try:
             status, rusage = await asyncio.shield(running.exited)
@@ -248,6 +254,7 @@ class Runner:
             stdout=capture(sandbox / STDOUT),
             stderr=capture(sandbox / STDERR),
             node=self.config.node,
+            starved=watch.usage.starved,
         )
         kept = self._clean(sandbox, cgroup, success=outcome is Outcome.SUCCESS)
         return result if kept is None else replace(result, sandbox=str(kept))
