@@ -375,6 +375,9 @@ def test_the_totals_at_an_attempts_end_break_a_limit_only_where_they_are_its_own
     usage = Usage(Resources(1, 50, 10), FAST)  # 90 MB is the task's own
     usage.finish(0.01, 0.0, max_rss=90.0, disk=1.0, spawner_rss=60.0)
     assert usage.over == Exhaustion("memory", 90.0)
+    usage = Usage(Resources(1, 50, 10, wall=2.0), FAST)  # its timer, not its end, stops it
+    usage.finish(2.003, 0.0, max_rss=1.0, disk=1.0, spawner_rss=60.0)
+    assert usage.over is None
 
 
 def _sample(memory: float) -> Sample:

@@ -198,7 +198,9 @@ class Usage:
         if own_rss or self.memory == 0:
             self.memory = max(self.memory, max_rss)
         self.disk = max(self.disk, disk)
-        self.over = broken_limit(self.allocation, Sample(wall, own_rss, self.cpu, disk))
+        # Memory and disk only: wall time has its timer, and the wall measured after the
+        # reaping would hold the reaping's delay against a task that ended in time.
+        self.over = broken_limit(self.allocation, Sample(0.0, own_rss, self.cpu, disk))
         if self._series and max(self._series) < self.memory:
             # The exact peak came between samples; the series must not hide it.
             self._series[-1] = self.memory
