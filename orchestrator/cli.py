@@ -411,12 +411,18 @@ def _start(
     start: Start, run_id: str, db: Path | None, *, real: bool, dashboard: bool
 ) -> RunSummary:
     new_store = db != Path(":memory:") and not (db or default_path()).exists()
+    stopped_by = signal.SIGINT
+
+    def terminate(task: asyncio.Task) -> None:
+        nonlocal stopped_by
+        stopped_by = signal.SIGTERM
+        task.cancel()
 
     async def main():
         if real:  # SIGTERM ends a real run as Ctrl-C does: its pilots released, none left behind
             task = asyncio.current_task()
             assert task is not None
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate, task)
         async with await Store.open(db) as store:
             if not dashboard:
                 return await start(store, None)
@@ -430,10 +436,11 @@ def _start(
     except ResumeError as e:
         fail(str(e))
     except (KeyboardInterrupt, asyncio.CancelledError):
+        how = "interrupted" if stopped_by is signal.SIGINT else f"stopped by {stopped_by.name}"
         fail(
-            f"run {run_id} interrupted: its pilots were released (leadtime resume {run_id} "
+            f"run {run_id} {how}: its pilots were released (leadtime resume {run_id} "
             "takes it up where it stopped)",
-            130,
+            128 + stopped_by,  # as a shell reports a command the signal ended
         )
     except (Refused, SetupError) as e:
         if new_store:  # a run refused before it started leaves no store behind
