@@ -23,7 +23,7 @@ from backends import clock
 from backends.registry import simulated
 from learners.resources import RESOURCES
 from orchestrator.agent.attempt import OURS, OVER_AT_END, Captured
-from orchestrator.human import duration, megabytes, number, offset
+from orchestrator.human import duration, megabytes, number, offset, plural
 from orchestrator.runrecord import StoreRow
 from orchestrator.runs import ON_WORKER, OnWorker, RunState, state
 from orchestrator.store import Store
@@ -145,11 +145,12 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
     lines.append(_resources(row, killed))
     if row.get("starved"):
         got = _amount("cores", (row.get("peak") or {}).get("cores"))
-        given = _amount("cores", (row.get("allocation") or {}).get("cores"))
+        cores = (row.get("allocation") or {}).get("cores")
+        given = f"{_amount('cores', cores)} {plural(cores or 0, 'core')}"
         lines.append(
             Text(
                 f"  starved: its CPUs were busy through most of its run and it used {got} of "
-                f"the {given} cores it was given; its category's cores are sized as if it had "
+                f"the {given} it was given; its category's cores are sized as if it had "
                 "used them all (an oversubscribed node would otherwise shrink them further)"
             )
         )

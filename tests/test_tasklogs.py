@@ -270,6 +270,17 @@ def test_an_attempt_found_over_as_it_ended_is_not_said_to_be_killed():
     assert "the worker:" not in text  # said once
 
 
+def test_a_starved_attempt_says_what_it_got_of_what_it_was_given():
+    row = {"task_id": "a.0", "attempt": 1, "outcome": "success", "start_t": 0.0, "end_t": 2.0,
+           "allocation": {"cores": 1.0}, "peak": {"cores": 0.23}, "starved": 1}  # fmt: skip
+    console = Console(width=300, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "mock"))
+    assert (
+        "starved: its CPUs were busy through most of its run and it used 0.23 of the 1 core it"
+        in (console.export_text())
+    )
+
+
 def test_an_attempt_sent_ahead_to_a_busy_worker_shows_as_waiting_not_running():
     waiting = {"task_id": "a.3", "attempt": 1, "outcome": "waiting", "worker": "w1",
                "pilot_id": "a-0", "start_t": None, "end_t": None}  # fmt: skip
