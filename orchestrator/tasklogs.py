@@ -22,7 +22,7 @@ from rich.text import Text
 from backends import clock
 from backends.registry import simulated
 from learners.resources import RESOURCES
-from orchestrator.agent.attempt import OURS, OVER_AT_END, Captured
+from orchestrator.agent.attempt import OVER_AT_END, VERDICTS, Captured, worker_lines
 from orchestrator.human import duration, megabytes, number, offset, plural
 from orchestrator.runrecord import StoreRow
 from orchestrator.runs import ON_WORKER, OnWorker, RunState, state
@@ -136,7 +136,7 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
             )
         )
         return Group(*lines)
-    said = [line.removeprefix(OURS) for line in (row.get("output_tail") or "").splitlines()]
+    said = worker_lines(row.get("output_tail") or "")
     killed = not any(line.startswith(OVER_AT_END) for line in said)
     if row.get("exhausted"):
         lines.append(Text("  " + _exhausted(row, killed)))
@@ -154,8 +154,8 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
                 "used them all (an oversubscribed node would otherwise shrink them further)"
             )
         )
-    for line, whole in zip(said, (row.get("output_tail") or "").splitlines(), strict=True):
-        if line != whole and not line.startswith(("killed:", OVER_AT_END)):  # said above
+    for line in said:
+        if not line.startswith(VERDICTS):  # an exhaustion is said above
             lines.append(Text(f"  the worker: {line}"))
     if output and output.get("sandbox"):
         lines.append(Text(f"  scratch directory kept: {output['sandbox']}", style="bold"))

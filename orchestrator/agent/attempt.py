@@ -159,11 +159,8 @@ def cause(result: AttemptResult, allocation: Resources) -> str | None:
             return f"{e.resource} reached its limit, {_shown(limit)}{unit}"
         used, allowed = _apart(e.measured, limit)
         return f"{e.resource} {used}{unit} > {allowed}{unit}"
-    said = next(
-        (line[len(OURS) :] for line in result.output_tail.splitlines() if line.startswith(OURS)),
-        None,
-    )
-    if said is not None and not said.startswith(("killed:", OVER_AT_END)):
+    said = next(iter(worker_lines(result.output_tail)), None)
+    if said is not None and not said.startswith(VERDICTS):
         return said
     if result.outcome is Outcome.FAILED and result.exit_code is not None:
         return f"exit code {result.exit_code}"
@@ -192,8 +189,15 @@ def cause_kind(result: AttemptResult) -> str:
     return str(result.outcome)
 
 
-OURS = "[leadtime] "
+def worker_lines(output_tail: str) -> list[str]:
+    """The worker's own lines in an attempt's output tail, without their mark."""
+    return [line[len(_OURS) :] for line in output_tail.splitlines() if line.startswith(_OURS)]
+
+
+_OURS = "[leadtime] "
 """How the worker's own lines in a task's output tail begin."""
 OVER_AT_END = "over its allocation as it ended"
 """The worker's word for an attempt whose totals at its end broke a limit no sample caught
 (its own line says it where a kill says ``killed``)."""
+VERDICTS = ("killed:", OVER_AT_END)
+"""How the worker's line telling an exhaustion begins: what the record tells already."""

@@ -253,7 +253,6 @@ class Monitor:
         self.lineage = Lineage()
         """The tokens of the node's processes, as the ticks saw them."""
         self._due: list[Watch] = []
-        self._cpus = frozenset(os.sched_getaffinity(0))
 
     def watch(
         self,
@@ -261,18 +260,17 @@ class Monitor:
         disk: Callable[[], int],
         allocation: Resources,
         on_exceeded: Callable[[Exhaustion], None],
+        cpus: frozenset[int],
         start: float | None = None,
         token: str | None = None,
-        cpus: frozenset[int] | None = None,
     ) -> Watch:
         """Watch the session ``pid`` leads (and the processes carrying ``token``), which
-        started at ``start`` (default: now) on ``cpus`` (default: this process's);
-        ``disk`` measures what it wrote."""
+        started at ``start`` (default: now) on ``cpus``; ``disk`` measures what it wrote."""
         loop = asyncio.get_running_loop()
         watch = Watch(
             pid=pid,
             disk=disk,
-            cpus=cpus or self._cpus,
+            cpus=cpus,
             token=token,
             usage=Usage(allocation, self.config),
             on_exceeded=on_exceeded,

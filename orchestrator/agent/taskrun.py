@@ -168,7 +168,7 @@ class Runner:
         """Emptied sandboxes (``.spare-N`` under the root), each the next attempt's to take."""
         self._spare_ids = itertools.count()
         self._keep_lock = threading.Lock()
-        self._affinity = os.sched_getaffinity(0)
+        self._affinity = frozenset(os.sched_getaffinity(0))
         config.root.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -210,9 +210,9 @@ class Runner:
             wrote.bytes,
             spec.allocation,
             lambda e: self._exceeded(running, e),
+            cpus or self._affinity,
             start,
             token,
-            cpus,
         )
         try:
             status, rusage = await asyncio.shield(running.exited)
