@@ -58,6 +58,7 @@ from orchestrator.session import (
     last_run,
     new_run_id,
     resumable,
+    unreleased,
 )
 from orchestrator.session import cancel as cancel_run
 from orchestrator.session import resume as resume_run
@@ -411,18 +412,33 @@ def _start(
     start: Start, run_id: str, db: Path | None, *, real: bool, dashboard: bool
 ) -> RunSummary:
     new_store = db != Path(":memory:") and not (db or default_path()).exists()
-    stopped_by = signal.SIGINT
+    stopped_by: signal.Signals | None = None
+    forced = False
 
-    def terminate(task: asyncio.Task) -> None:
-        nonlocal stopped_by
-        stopped_by = signal.SIGTERM
-        task.cancel()
+    def stop(task: asyncio.Task, sig: signal.Signals) -> None:
+        """The first SIGINT or SIGTERM stops the run, its pilots released; a second Ctrl-C
+        leaves at once; a second SIGTERM changes nothing (its sender wants the release)."""
+        nonlocal stopped_by, forced
+        if stopped_by is None:
+            stopped_by = sig
+            task.cancel()
+            if sig is signal.SIGINT:
+                err.print(
+                    f"interrupted: releasing the pilots of run {run_id} "
+                    "(Ctrl-C again leaves now, without releasing them)",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        elif sig is signal.SIGINT and not forced:
+            forced = True
+            task.cancel()
 
     async def main():
-        if real:  # SIGTERM ends a real run as Ctrl-C does: its pilots released, none left behind
+        if real:  # SIGINT and SIGTERM end a real run with its pilots released, none left behind
             task = asyncio.current_task()
             assert task is not None
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate, task)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, stop, task, sig)
         async with await Store.open(db) as store:
             if not dashboard:
                 return await start(store, None)
@@ -436,11 +452,20 @@ def _start(
     except ResumeError as e:
         fail(str(e))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        how = "interrupted" if stopped_by is signal.SIGINT else f"stopped by {stopped_by.name}"
+        sig = stopped_by or signal.SIGINT
+        how = "interrupted" if sig is signal.SIGINT else f"stopped by {sig.name}"
+        code = 128 + sig  # as a shell reports a command the signal ended
+        jobs = _read_store(db, lambda store: unreleased(store, run_id), []) if forced else []
+        left = f"job {jobs[0]}" if len(jobs) == 1 else f"jobs {', '.join(jobs)}"
         fail(
-            f"run {run_id} {how}: its pilots were released (leadtime resume {run_id} "
-            "takes it up where it stopped)",
-            128 + stopped_by,  # as a shell reports a command the signal ended
+            f"run {run_id} {how}: "
+            + (
+                f"{left} may still be queued or running (leadtime cancel {run_id} cancels them; "
+                if jobs
+                else "its pilots were released ("
+            )
+            + f"leadtime resume {run_id} takes it up where it stopped)",
+            code,
         )
     except (Refused, SetupError) as e:
         if new_store:  # a run refused before it started leaves no store behind

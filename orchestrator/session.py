@@ -338,6 +338,19 @@ async def cancel(store: Store, run_id: str) -> list[str]:
     return cancelled
 
 
+async def unreleased(store: Store, run_id: str) -> list[str]:
+    """The jobs of run ``run_id``'s pilots that the store does not know ended, after its
+    manager left without releasing them: a batch system's jobs outlive it, not the workers a
+    backend started on this host (it kills them as it closes)."""
+    found = await store.rows("runs", {"run_id": run_id})
+    if not found or not found[0].get("options"):
+        return []
+    if recorded_config(found[0]).backend.workers is not Workers.CLUSTER:
+        return []
+    pilots = await store.rows("pilots", {"run_id": run_id}, order="rowid")
+    return [p["job_id"] for p in pilots if p["job_id"] and p["state"] not in _ENDED]
+
+
 async def _cancelled(store: Store, run_id: str) -> None:
     await store.put(
         "runs",

@@ -7,9 +7,11 @@ or fail. The node declares 16 CPUs: a background job of 16 CPUs makes pilots que
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -18,6 +20,7 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -295,12 +298,16 @@ def test_a_pilot_cancelled_mid_stage_is_replaced_and_its_tasks_complete(tmp_path
     assert cluster.queued() == []
 
 
-def leadtime_run(tmp_path: Path, workflow: str, *options: str) -> subprocess.Popen:
+def leadtime_run(
+    tmp_path: Path, workflow: str, *options: str, path: str | None = None
+) -> subprocess.Popen:
     (tmp_path / "wf.toml").write_text(textwrap.dedent(workflow))
     command = [*LEADTIME, "run", str(tmp_path / "wf.toml"), "--backend", "slurm"]
     command += ["--bind", "127.0.0.1", "--workdir", str(tmp_path / "work")]
     command += ["--db", str(tmp_path / "db"), "--quiet", *options]
     env = {**os.environ, "COLUMNS": "300"}  # rich wraps error messages to the terminal's width
+    if path is not None:
+        env["PATH"] = f"{path}{os.pathsep}{env['PATH']}"
     return subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -365,25 +372,36 @@ def test_an_unknown_sbatch_option_is_named_before_anything_is_queued(tmp_path):
         jobs.clean()
 
 
-def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
+TWO_STAGES = """
+    name = "long"
+    [[stage]]
+    name = "a"
+    allocation = { cores = 1, time = "5m" }
+    tasks = { command = "SLEEP", count = 1, cores = 1, memory = "50M", disk = "1M" }
+    [[stage]]
+    name = "b"
+    after = ["a"]
+    allocation = { cores = 1, time = "5m" }
+    tasks = { command = "true", count = 1, cores = 1, memory = "50M", disk = "1M" }
+    """
+
+
+def slow_scancel(directory: Path) -> str:
+    """A directory whose scancel takes two seconds: a release long enough to interrupt."""
+    directory.mkdir()
+    script = directory / "scancel"
+    script.write_text(f'#!/bin/sh\nsleep 2\nexec {shutil.which("scancel")} "$@"\n')
+    script.chmod(0o755)
+    return str(directory)
+
+
+@contextlib.contextmanager
+def two_stage_run(tmp_path: Path, *, slow_release: bool = False) -> Iterator[tuple]:
+    """A run (``asa``) of ``TWO_STAGES`` once its first task runs and the second stage's pilot
+    waits: the run, its jobs, its task's command; nothing of it is left after."""
     sleep = f"sleep 120.{uuid.uuid4().int % 10**6:06d}"  # this run's, and no other's
-    run = leadtime_run(
-        tmp_path,
-        """
-        name = "long"
-        [[stage]]
-        name = "a"
-        allocation = { cores = 1, time = "5m" }
-        tasks = { command = "SLEEP", count = 1, cores = 1, memory = "50M", disk = "1M" }
-        [[stage]]
-        name = "b"
-        after = ["a"]
-        allocation = { cores = 1, time = "5m" }
-        tasks = { command = "true", count = 1, cores = 1, memory = "50M", disk = "1M" }
-        """.replace("SLEEP", sleep),
-        "--strategy",
-        "asa",
-    )
+    path = slow_scancel(tmp_path / "bin") if slow_release else None
+    run = leadtime_run(tmp_path, TWO_STAGES.replace("SLEEP", sleep), "--strategy", "asa", path=path)
     jobs = None
     try:
         for _ in range(300):  # the task starts within seconds
@@ -396,6 +414,15 @@ def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
         assert jobs is not None
         states = {j["name"].rsplit("-", 2)[1]: j["state"] for j in jobs.queued()}
         assert states == {"a": "RUNNING", "b": "PENDING"}
+        yield run, jobs, sleep
+    finally:
+        run.kill()
+        if jobs is not None:
+            jobs.clean()
+
+
+def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
+    with two_stage_run(tmp_path) as (run, jobs, sleep):
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=60)
         assert run.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in err, err
@@ -406,10 +433,46 @@ def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
         with sqlite3.connect(tmp_path / "db") as con:  # what a resume would wait for: none
             (outcome,) = con.execute("SELECT outcome FROM attempts").fetchone()
         assert outcome == "lost"
-    finally:
-        run.kill()
-        if jobs is not None:
-            jobs.clean()
+
+
+def test_a_second_ctrl_c_leaves_at_once_naming_the_jobs_left(tmp_path):
+    """Ctrl-C twice: the release the first began is cut short, and the run says which jobs
+    may be left (not that its pilots were released); ``leadtime cancel`` then ends them."""
+    with two_stage_run(tmp_path, slow_release=True) as (run, jobs, sleep):
+        left = {j["id"] for j in jobs.queued()}
+        run.send_signal(signal.SIGINT)
+        time.sleep(0.5)  # releasing: its first scancel takes 2 s
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 130, err
+        assert "its pilots were released" not in err and "Traceback" not in err, err
+        assert "may still be queued or running" in err, err
+        named = err.split(" may still")[0].split(": jobs ")[1].split(", ")
+        assert set(named) == left and {j["id"] for j in jobs.queued()} <= left
+        cancel = subprocess.run(
+            [*LEADTIME, "cancel", jobs.run_id, "--db", str(tmp_path / "db")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cancel.returncode == 0, cancel.stderr
+        for _ in range(300):  # cancelled, then completing for a moment
+            if not jobs.queued():
+                break
+            time.sleep(0.1)
+        assert jobs.queued() == []
+        assert subprocess.run(["pgrep", "-fx", sleep], check=False).returncode == 1
+
+
+def test_a_second_sigterm_does_not_cut_the_release_short(tmp_path):
+    with two_stage_run(tmp_path, slow_release=True) as (run, jobs, sleep):
+        run.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 143 and "its pilots were released" in err, err
+        assert jobs.queued() == []
+        assert subprocess.run(["pgrep", "-fx", sleep], check=False).returncode == 1
 
 
 @pytest.mark.slow

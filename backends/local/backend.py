@@ -260,8 +260,8 @@ class LocalBackend:
                 timer.cancel()
             if pilot.state is JobState.PENDING:
                 self._finish(pilot, JobState.CANCELLED)
-            elif pilot.state is JobState.RUNNING:
-                pilot.stop = pilot.stop or "cancel"
+            elif pilot.state is JobState.RUNNING:  # killed now, even if released before
+                pilot.stop = "timeout" if pilot.stop == "timeout" else "cancel"
                 for process in pilot.processes:
                     _kill_tree(process.pid)
         runners = [p.runner for p in self._pilots.values() if p.runner is not None]
