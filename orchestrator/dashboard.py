@@ -228,8 +228,9 @@ class DecisionLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._engine is not None:
-            self._trouble(self._engine, self._now, final=True)
+        if self._engine is not None:  # told at the run's end, which may be long after a pass
+            end = self._engine.state.end_t
+            self._trouble(self._engine, self._now if end is None else end, final=True)
         self._console.print()
 
     def __call__(self, engine: Engine) -> None:

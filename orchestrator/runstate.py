@@ -30,7 +30,7 @@ from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, caus
 from orchestrator.breaker import Breaker
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined, WorkerLost
 from orchestrator.forecast import Durations
-from orchestrator.human import count, listing, per_pilot, unfittable
+from orchestrator.human import count, duration, listing, per_pilot, unfittable
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
 from orchestrator.pool import AHEAD_DEPTH, Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
@@ -47,6 +47,11 @@ AHEAD_S = 0.2
 """How much of such a stage's work a worker holds ahead, on average (at least a capacity's
 worth, at most ``pool.AHEAD_DEPTH``): enough for the manager to gather many results into a
 pass, and a stage's last tasks wait about this long at most behind others."""
+TIME_UP_S = 1.0
+"""An attempt lost this close to its worker's end (or later) was ended by its pilot's time."""
+WHOLE_PILOT_S = 30.0
+"""An attempt started within this much (or a twentieth of its pilot's time limit) of its
+pilot's start had the pilot's whole time: the worker's start is all that came before."""
 
 
 class WaitLearner(Protocol):
@@ -88,6 +93,11 @@ class TaskRun:
     beside: frozenset[str] | None = None
     """The other tasks its worker held each of those times (None before the first): when
     the task reaches the limit, they may as well be what took its workers down."""
+    outlasted: float = 0.0
+    """The longest it ran before its pilot's time limit ended it: it needs more than that."""
+    cut: int = 0
+    """Times its pilot's time limit ended it after it had the pilot's whole time: at
+    ``max_attempts`` it fails, as a task longer than its pilots would run again for ever."""
 
 
 @dataclass
@@ -724,7 +734,7 @@ class RunState:
                         break
                 expected = task.allocation.wall
                 if expected == float("inf"):
-                    expected = stage.durations.mean or 0.0
+                    expected = max(stage.durations.mean or 0.0, task.outlasted)
                 slot = self.pool.place(
                     stage.spec.name, task.allocation, now + expected, ahead, depth
                 )
@@ -855,7 +865,13 @@ class RunState:
                 task_run.crashes += 1
                 seen = task_run.beside
                 task_run.beside = result.beside if seen is None else seen & result.beside
-            if task_run.crashes >= task_run.task.max_attempts:
+            cut = None
+            if since is not None and self.running and self.clock >= worker.end_time - TIME_UP_S:
+                task_run.outlasted = max(task_run.outlasted, self.now - since)
+                cut = self._cut_by_time_limit(stage, worker, since, task_run)
+            if cut is not None:
+                self._fail(stage, task_run, cut)
+            elif task_run.crashes >= task_run.task.max_attempts:
                 vanished, limit = count(task_run.crashes, "time"), task_run.task.max_attempts
                 self._fail(
                     stage,
@@ -876,6 +892,30 @@ class RunState:
                 task_run.allocation = spec.allocation
                 self._requeue(stage, task_run)
         self.recorder.task(task_run)
+
+    def _cut_by_time_limit(
+        self, stage: StageRun, worker: Worker, started: float, task: TaskRun
+    ) -> str | None:
+        """Why ``task`` cannot finish, if its attempt that ``worker``'s pilot's time limit
+        ended (started at run time ``started``) had the pilot's whole time and no pilot of
+        ``stage`` gets a longer one, or if that happened ``max_attempts`` times."""
+        pilot = self.by_job.get(worker.pilot_id)
+        if pilot is None or pilot.info is None or pilot.info.start_time is None:
+            return None
+        limit = pilot.request.time_limit_s
+        if started + self.t0 - pilot.info.start_time > max(WHOLE_PILOT_S, limit / 20):
+            return None  # a fresh pilot gives it longer
+        task.cut += 1
+        allocation = stage.spec.allocation
+        longest = (allocation.max_time_s or limit) if allocation.auto else allocation.time_limit_s
+        ran = f"it ran {duration(task.outlasted)} until its pilot's time limit ended it"
+        field = "max_time" if allocation.auto else "time"
+        advice = f"give stage {stage.spec.name} a longer allocation {field}"
+        if longest <= limit:
+            return f"{ran}, the whole {duration(limit)} its pilots get: {advice}"
+        if task.cut >= task.task.max_attempts:
+            return f"{ran}, {count(task.cut, 'time')} on a whole pilot: {advice}"
+        return None
 
     def _enqueue(self, stage: StageRun) -> None:
         """The stage's tasks still to run join its queue: submitted, as the sizer counts them

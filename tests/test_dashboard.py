@@ -4,7 +4,9 @@ decision log says the same at a bounded rate."""
 
 import io
 import re
+from collections import Counter
 from itertools import pairwise
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -14,6 +16,7 @@ from orchestrator.cli import DEMO_MOCK
 from orchestrator.dashboard import PILOT_ROWS, DecisionLog, killed, render
 from orchestrator.engine import Engine
 from orchestrator.human import duration, megabytes, offset
+from orchestrator.planner import Phase
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
 from workflows.spec import example, load
@@ -210,3 +213,17 @@ def test_an_elastic_run_s_many_pilots_are_listed_live_first_and_the_rest_counted
     assert hidden is not None and int(hidden[1]) == pilots - PILOT_ROWS
     if live >= PILOT_ROWS:  # every pilot listed is live
         assert all(" completed" not in line and " cancelled" not in line for line in listed)
+
+
+def test_a_failed_run_s_last_tally_is_told_at_the_run_s_end_not_at_its_last_pass():
+    """A task lost a minute after the last pass (its pilot's time limit) fails the run: the
+    tally the log tells as the run ends carries the end's time, not the last pass's."""
+    stage = SimpleNamespace(causes=Counter(), phase=Phase.RUNNING, last_allocation=None, end_t=None)
+    state = SimpleNamespace(notes=[], notes_total=0, stages={"long": stage}, end_t=None)
+    engine = SimpleNamespace(state=state, now=lambda: 0.2)
+    out = io.StringIO()
+    with (log := DecisionLog(Console(file=out, width=200), every_s=1e9)):
+        log(engine)
+        stage.causes["lost"], stage.phase, state.end_t = 1, Phase.FAILED, 61.0
+    (told,) = [line for line in out.getvalue().splitlines() if "did not succeed" in line]
+    assert told == "t+1 min 1 s  stage long: 1 attempt did not succeed (1 lost)"

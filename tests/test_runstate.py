@@ -508,3 +508,90 @@ def test_a_starved_attempt_teaches_the_sizer_the_cores_it_was_given_not_the_shar
     assert seen[0].peak == got.with_("cores", spec.allocation.cores) and spec.allocation.cores == 1
     assert starved.sizing_peak(spec.allocation.with_("cores", 0.1)) == got  # it used more
     assert replace(starved, starved=False).sizing_peak(spec.allocation) == got
+
+
+SHORT_PILOTS = TWO_STAGES.replace('time = "1h"', 'time = "1m"', 1)
+
+
+def cut_by_time_limit(launch: Launch) -> AttemptEnded:
+    """The attempt's worker left as its pilot's time was up."""
+    spec = launch.spec
+    result = AttemptResult(
+        spec.task_id,
+        spec.attempt,
+        Outcome.LOST,
+        Resources(),
+        output_tail="[leadtime] stopped: worker shut down: the pilot's time is up",
+    )
+    return AttemptEnded(launch.worker, spec, result)
+
+
+def test_a_task_longer_than_its_pilots_time_limit_fails_at_once_naming_the_allocation_time():
+    """Its attempt had the pilot's whole minute and did not finish: another pilot of the same
+    minute cannot finish it either (it was retried for ever)."""
+    state, _ = new_state(SHORT_PILOTS)
+    state.start()
+    started_pilot(state, "a", "7")  # started at 110, a minute's time limit
+    state.apply(WorkerJoined(Node("n1", "7", end_time=170.0)))
+    state.apply(Tick(111.0))
+    first, *_ = state.place()
+    state.apply(Tick(170.2))
+    state.apply(cut_by_time_limit(first))
+    assert state.status is Status.FAILED
+    assert state.error == (
+        f"task {first.spec.task_id}: it ran 59 s until its pilot's time limit ended it, the "
+        "whole 1 min its pilots get: give stage a a longer allocation time"
+    )
+
+
+def test_a_task_its_pilots_end_cut_short_runs_again_only_where_it_gets_longer():
+    """Started late on its pilot, it had less than the pilot's time: it runs again, on a
+    worker whose pilot leaves it more time than it had."""
+    state, _ = new_state(SHORT_PILOTS)
+    state.start()
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7", end_time=170.0)))
+    state.apply(Tick(150.0))
+    launches = state.place()
+    state.apply(Tick(170.1))
+    for launch in launches:
+        state.apply(cut_by_time_limit(launch))
+    assert state.status is Status.RUNNING
+    task = state.task(launches[0].spec.task_id)
+    assert task.outlasted == pytest.approx(20.1) and task.cut == 0
+    state.apply(WorkerJoined(Node("n2", "7", end_time=185.0)))  # 15 s left: too little
+    assert state.place() == []
+    state.apply(WorkerJoined(Node("n3", "7", end_time=230.0)))
+    placed = {launch.spec.task_id: launch.worker.id for launch in state.place()}
+    cut = {launch.spec.task_id for launch in launches}
+    assert {placed[t] for t in cut} == {"n3"} and "n2" in placed.values()  # a task never cut
+
+
+def test_a_task_cut_on_whole_pilots_shorter_than_its_stage_may_get_fails_at_max_attempts():
+    """An automatic allocation may get longer pilots (up to its max_time): a task that had
+    the whole of one and did not finish runs again, at most max_attempts times."""
+    text = SHORT_PILOTS.replace(
+        'allocation = { cores = 2, time = "1m" }', 'allocation = { max_time = "1h" }', 1
+    ).replace('memory = "100M", disk', 'memory = "100M", max_attempts = 2, disk', 1)
+    state, _ = new_state(text)
+    state.start()
+    for n in range(2):
+        started_pilot(state, "a", str(n))
+        (pilot,) = [p for p in state.pilots.values() if p.job_id == str(n)]
+        pilot.request = replace(pilot.request, time_limit_s=60.0)
+        start = 110.0 + 60.0 * n
+        state.apply(JobChanged(JobInfo(str(n), JobState.RUNNING, start_time=start)))
+        state.apply(WorkerJoined(Node(f"n{n}", str(n), end_time=start + 60.0)))
+        state.apply(Tick(start + 1.0))
+        (launch,) = [x for x in state.place() if x.spec.task_id == "a.0"]
+        end = start + 60.0
+        state.apply(Tick(end))
+        state.apply(cut_by_time_limit(launch))
+        state.apply(WorkerLost(f"n{n}"))
+        state.apply(JobChanged(JobInfo(str(n), JobState.TIMEOUT, start_time=start, end_time=end)))
+        assert state.task("a.0").cut == n + 1
+        assert state.status is (Status.RUNNING if n == 0 else Status.FAILED)
+    assert state.error == (
+        "task a.0: it ran 59 s until its pilot's time limit ended it, 2 times on a whole pilot: "
+        "give stage a a longer allocation max_time"
+    )
