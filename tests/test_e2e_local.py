@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import sqlite3
@@ -204,16 +205,18 @@ def test_a_worker_killed_mid_task_loses_it_and_the_task_completes_elsewhere(tmp_
     assert sorted(p.name for p in (tmp_path / "gen").iterdir()) == ["0", "1", "2", "3"]
 
 
-def one_stage(name: str, command: str, count: int, *, cores: int = 2, workdir=None, **fields):
-    """A workflow of ``count`` one-core tasks of ``command`` on one pilot of ``cores`` cores;
-    ``fields``, TOML values, are the tasks' other fields."""
+def one_stage(
+    name: str, command: str, count: int, *, cores: int = 2, time="10m", workdir=None, **fields
+):
+    """A workflow of ``count`` one-core tasks of ``command`` on one pilot of ``cores`` cores
+    and ``time``; ``fields``, TOML values, are the tasks' other fields."""
     lines = "".join(f"\n{key} = {value}" for key, value in fields.items())
     return loads(
         (f'workdir = "{workdir}"\n' if workdir else "")
         + f"""name = "{name}"
 [[stage]]
 name = "work"
-allocation = {{ cores = {cores}, time = "10m" }}
+allocation = {{ cores = {cores}, time = "{time}" }}
 [stage.tasks]
 command = "{command}"
 count = {count}
@@ -268,6 +271,23 @@ def test_a_task_that_takes_its_worker_down_fails_the_run_after_max_attempts(tmp_
     assert [a["outcome"] for a in attempts if a["task_id"] == "work.3"] == ["lost", "lost"]
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()]
     assert not [p for p in tmp_path.glob(".leadtime/*/*") if p.is_dir()]  # no sandbox left
+
+
+def test_a_task_longer_than_its_pilots_time_limit_fails_the_run_at_once(tmp_path):
+    """A pilot of 10 s, a task of a minute: it had the pilot's whole time, so another pilot
+    of the same 10 s cannot finish it either; the run fails naming the time to raise (it
+    was run again on every new pilot, for ever). Nothing is left."""
+    workflow = one_stage("longer", "sleep 60", 1, cores=1, time="10s")
+
+    summary, attempts = run_local(workflow, tmp_path)
+    assert summary.status == "failed"
+    assert re.fullmatch(
+        r"task work\.0: it ran \d+(\.\d)? s until its pilot's time limit ended it, the whole "
+        r"10 s its pilots get: give stage work a longer allocation time",
+        summary.error,
+    ), summary.error
+    assert [a["outcome"] for a in attempts] == ["lost"]
+    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()]
 
 
 def test_a_failed_run_quotes_its_task_s_output_a_line_each_and_escaped(tmp_path):
