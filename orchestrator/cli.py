@@ -455,6 +455,8 @@ def _start(
         sig = stopped_by or signal.SIGINT
         how = "interrupted" if sig is signal.SIGINT else f"stopped by {sig.name}"
         code = 128 + sig  # as a shell reports a command the signal ended
+        if not real:
+            fail(f"run {run_id} {how}: the simulated cluster lived in it; run it again", code)
         jobs = _read_store(db, lambda store: unreleased(store, run_id), []) if forced else []
         left = f"job {jobs[0]}" if len(jobs) == 1 else f"jobs {', '.join(jobs)}"
         fail(

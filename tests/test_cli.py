@@ -1,6 +1,10 @@
 """The command line on the simulated cluster: outputs, JSON keys, and clean errors."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -168,3 +172,24 @@ def test_the_command_line_collects_the_youngest_objects_less_often(monkeypatch):
         assert gc.get_threshold() == (YOUNG_COLLECTION, *before[1:])
     finally:
         gc.set_threshold(*before)
+
+
+def test_ctrl_c_in_a_simulated_run_says_to_run_it_again_not_to_resume(tmp_path):
+    """A simulated cluster lives in its manager: nothing is left to release or resume."""
+    (tmp_path / "wf.toml").write_text(
+        'name = "big"\n[[stage]]\nname = "a"\nallocation = { cores = 64, time = "10h" }\n'
+        'tasks = { command = "x", count = 500000, cores = 1 }\n'
+        'simulate = { duration = "constant(5)", memory = 100 }\n'
+    )
+    command = [sys.executable, "-c", "from orchestrator.cli import main; main()", "run"]
+    command += [str(tmp_path / "wf.toml"), "--backend", "mock", "--db", str(tmp_path / "db")]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # well into the run, far from its end
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err
+    assert "interrupted: the simulated cluster lived in it; run it again" in err, err
+    assert "resume" not in err and "Traceback" not in err
