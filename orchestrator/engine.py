@@ -407,10 +407,13 @@ class Engine:
             for name, value in features.declared.items():
                 most = features.worker[name]  # type: ignore[index]
                 if value > most:
+                    unset = name == "memory" and stage.spec.allocation.memory_mb is None
+                    default = " (its allocation sets no memory: the batch system's default)"
                     raise Refused(
                         f"{self.workflow.where(stage.spec.name, 'tasks', name)}: a task declares "
-                        f"{name} = {value:g}, but a node gives the stage's pilot at most "
-                        f"{most:g}: no task could start; nothing was submitted"
+                        f"{human.amount(name, value)}, but a node gives the stage's pilot at most "
+                        f"{human.amount(name, most)}{default if unset else ''}: no task could "
+                        "start; nothing was submitted"
                     )
 
     async def _ask_scheduler(self) -> None:

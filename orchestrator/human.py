@@ -143,6 +143,12 @@ _COUNTED = {
 }
 """What counts against a resource, where a user may not guess it."""
 
+_MORE = {
+    "memory": "give its stage's allocation more memory",
+    "disk": "run its stage on nodes with more scratch disk",
+}
+"""How a stage's workers get more of a resource."""
+
 
 def unfittable(e: Unfittable) -> str:
     """Why a task can never run (its stage fails), in a user's terms: what it needed, what
@@ -165,7 +171,8 @@ def unfittable(e: Unfittable) -> str:
             f"needs more {name} than the {amount(r, e.limit)} its workflow declares{reached}: "
             "a declared size is fixed; raise it, or leave it out to have leadtime size it"
         )
-    return f"needs more {name} than a whole worker has, {amount(r, e.limit)}{reached}"
+    more = f": {_MORE[r]}" if r in _MORE else ""
+    return f"needs more {name} than a whole worker has, {amount(r, e.limit)}{reached}{more}"
 
 
 def wall(epoch: float | None) -> str:

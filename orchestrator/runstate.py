@@ -23,7 +23,7 @@ from typing import Any, Protocol, assert_never
 
 from backends.base import Dependency, JobInfo, JobState, PilotRequest
 from learners.resources import PACKED, Resources
-from learners.sizing.base import Exhaustion, Record, Sizer, TaskFeatures, Unfittable
+from learners.sizing.base import Bound, Exhaustion, Record, Sizer, TaskFeatures, Unfittable
 from orchestrator import autoalloc, forecast
 from orchestrator.agent import footprint
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause, cause_kind
@@ -744,12 +744,12 @@ class RunState:
                         break
                     if task.allocation.fits_in(largest):
                         break
-                    fitted = _fitted(task, largest)
-                    if fitted is None:
+                    try:
+                        task.allocation = _fitted(task, largest)
+                    except Unfittable as e:
                         stage.queue.popleft()
-                        self._fail(stage, task, f"{task.allocation} fits none of its workers")
+                        self._fail(stage, task, unfittable(e))
                         break
-                    task.allocation = fitted
                     continue
                 stage.queue.popleft()
                 self.sent_ahead |= slot.holds_ahead
@@ -1035,8 +1035,9 @@ def _task_place(task_id: str) -> tuple[str, int]:
     return stage, int(index)
 
 
-def _fitted(task: TaskRun, worker: Resources) -> Resources | None:
-    """``task``'s allocation cut to ``worker``, unless that takes away what it is known to need.
+def _fitted(task: TaskRun, worker: Resources) -> Resources:
+    """``task``'s allocation cut to ``worker``; Unfittable if that takes away what it is known
+    to need.
 
     A sizer's "whole worker" is a guess at the workers to come; the workers that
     came may be smaller (a pilot's cores spread over nodes). Cutting is fine
@@ -1049,8 +1050,13 @@ def _fitted(task: TaskRun, worker: Resources) -> Resources | None:
             needed = (
                 task.exhaustion.measured if task.exhaustion and task.exhaustion.resource == r else 0
             )
-            if r in task.task.declared or worker[r] <= needed:
-                return None
+            if r in task.task.declared:
+                declared = task.task.declared[r]
+                raise Unfittable(
+                    task.task.category, r, Bound.WORKER, worker[r], declared, declares=True
+                )
+            if worker[r] <= needed:
+                raise Unfittable(task.task.category, r, Bound.WORKER, worker[r], needed)
             fitted = fitted.with_(r, worker[r])
     return fitted
 

@@ -338,11 +338,13 @@ def test_a_run_that_recorded_only_its_start_still_has_a_report():
     [
         (
             Unfittable("c", "memory", Bound.WORKER, 64_000, 70_200.5),
-            "needs more memory than a whole worker has, 64 GB (it reached 70 GB)",
+            "needs more memory than a whole worker has, 64 GB (it reached 70 GB): give its "
+            "stage's allocation more memory",
         ),
         (
             Unfittable("c", "memory", Bound.WORKER, 64_000),
-            "needs more memory than a whole worker has, 64 GB",
+            "needs more memory than a whole worker has, 64 GB: give its stage's allocation "
+            "more memory",
         ),
         (
             Unfittable("c", "cores", Bound.WORKER, 28, 32, declares=True),

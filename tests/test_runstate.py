@@ -10,7 +10,7 @@ from nodes import NODE, Node
 from backends.base import JobInfo, JobState
 from learners.resources import Resources
 from learners.sizing import DEFAULT_SIZER, make_sizer
-from learners.sizing.base import TaskFeatures
+from learners.sizing.base import Exhaustion, TaskFeatures
 from learners.sizing.composite import PROBES
 from orchestrator import runstate
 from orchestrator.agent.attempt import AttemptResult, Outcome
@@ -594,4 +594,32 @@ def test_a_task_cut_on_whole_pilots_shorter_than_its_stage_may_get_fails_at_max_
     assert state.error == (
         "task a.0: it ran 59 s until its pilot's time limit ended it, 2 times on a whole pilot: "
         "give stage a a longer allocation max_time"
+    )
+
+
+def test_a_task_killed_at_all_its_smaller_workers_have_fails_saying_what_to_raise():
+    """The workers that came are smaller than the sizer's guess (4 GB): a task killed at the
+    whole 1 GB one has cannot be cut down to fit it again; the run says so in a user's terms
+    (it printed the raw allocation)."""
+    text = TWO_STAGES.replace('memory = "100M", disk = "10M" }', 'disk = "10M" }', 1)
+    state, _ = new_state(text)
+    state.start()
+    started_pilot(state, "a", "7")
+    small = Resources(cores=2, memory=1000, disk=4000)
+    state.apply(WorkerJoined(Node("n1", "7", capacity=small)))
+    first, *_ = state.place()
+    spec = first.spec
+    killed = AttemptResult(
+        spec.task_id,
+        spec.attempt,
+        Outcome.EXHAUSTED,
+        Resources(cores=1, memory=1000, disk=1, wall=1),
+        exhaustion=Exhaustion("memory", 1000.0),
+    )
+    state.apply(AttemptEnded(first.worker, spec, killed))
+    state.place()
+    assert state.status is Status.FAILED
+    assert state.error == (
+        f"task {spec.task_id}: needs more memory than a whole worker has, 1 GB (it reached "
+        "1 GB): give its stage's allocation more memory"
     )
