@@ -22,6 +22,7 @@ from orchestrator.agent.monitor import (
     Sample,
     Usage,
     broken_limit,
+    high_water_rss,
 )
 from orchestrator.agent.taskrun import Runner, RunnerConfig
 
@@ -222,6 +223,18 @@ async def test_peaks_match_what_the_task_did(runner, tmp_path):
     assert step == FAST.interval_s
     assert len(series) == pytest.approx(result.peak.wall / step, abs=2)
     assert max(series) == result.peak.memory
+
+
+async def test_a_peak_between_two_samples_is_the_task_s(runner):
+    """A task that makes and frees an array below the worker's own peak (which the kernel's
+    count of the whole attempt starts from), then sleeps: its samples see the memory freed,
+    yet its peak is the array (else the sizer would give its next tasks too little)."""
+    size = int(high_water_rss() / 2)  # MB: the kernel's count cannot tell it
+    assert size > 20
+    task = python(f"import time; x = bytearray({size} * 2**20); x = None; time.sleep(1.0)")
+    result = await runner.run(AttemptSpec("transient", 0, task, Resources(1, 1000, 100)))
+    assert result.outcome is Outcome.SUCCESS, result.output_tail
+    assert result.peak.memory > size and max(result.memory_series) > size
 
 
 async def test_memory_is_summed_over_the_process_tree(runner):

@@ -410,14 +410,34 @@ class _ProcessTable:
         return seen
 
     def usage(self, leader: int, strays: Iterable[int] = ()) -> tuple[float, float]:
-        """RSS bytes summed over the tree, and its CPU seconds (with reaped children's)."""
-        rss = ticks = 0
+        """The tree's memory in bytes and its CPU seconds (with reaped children's).
+
+        Its memory is the RSS summed over its processes, or the high-water mark of one of
+        them if that is more: a peak between two samples (a large array made and freed) is
+        still the task's. The kernel's peak of the whole attempt, read when it ends, cannot
+        tell it below the worker's own (it starts from the worker's at ``exec``).
+        """
+        rss = ticks = highest = 0
         for pid in self.tree(leader, strays):
             fields = self.stats.get(pid)
             if fields is not None:
                 ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
                 rss += int(fields[21])
-        return rss * _PAGE, ticks / _CLOCK_TICKS
+                highest = max(highest, _high_water(pid))
+        return max(rss * _PAGE, highest), ticks / _CLOCK_TICKS
+
+
+def _high_water(pid: int) -> int:
+    """Process ``pid``'s largest RSS since its ``exec``, bytes (``VmHWM``); 0 if unknown."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:  # gone, or not ours to read
+        return 0
+    at = status.find(b"\nVmHWM:")
+    if at < 0:  # a zombie, or a kernel thread
+        return 0
+    return int(status[at + 7 : status.index(b"\n", at + 1)].split()[0]) * 1024
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
