@@ -3,7 +3,8 @@
 A pilot fails when it ends, without the run having released it, having done nothing for
 any of its stages: it ended before any of its workers joined (a node that cannot run the worker,
 a file system that refuses the pilot's log, a script the batch system kills at once), or
-no task finished on its workers (tasks that outlast the pilot's time limit).
+no task finished on its workers (tasks that outlast the pilot's time limit; one that had a
+pilot's whole time fails the run sooner, in ``runstate``).
 The planner would submit a replacement every time, forever; the breaker counts failures
 per stage and, after ``in_a_row`` of them with no useful pilot of the stage in between, or
 ``per_minute`` within any minute, says stop, with the batch system's reason.
