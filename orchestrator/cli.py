@@ -53,6 +53,7 @@ from orchestrator.session import (
     RunConfig,
     RunDirs,
     SetupError,
+    cancelling,
     collect_less,
     execute,
     last_run,
@@ -457,6 +458,8 @@ def _start(
         code = 128 + sig  # as a shell reports a command the signal ended
         if not real:
             fail(f"run {run_id} {how}: the simulated cluster lived in it; run it again", code)
+        if sig is signal.SIGTERM and _read_store(db, lambda s: cancelling(s, run_id), False):
+            fail(f"run {run_id} cancelled (leadtime cancel): its pilots were released", code)
         jobs = _read_store(db, lambda store: unreleased(store, run_id), []) if forced else []
         left = f"job {jobs[0]}" if len(jobs) == 1 else f"jobs {', '.join(jobs)}"
         fail(

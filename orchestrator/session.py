@@ -312,10 +312,14 @@ async def cancel(store: Store, run_id: str) -> list[str]:
             raise ResumeError(
                 f"run {run_id} is managed by pid {manager.pid} on {manager.host}: stop it there"
             )
+        told = Path(run["run_dir"]) / CANCELLING
+        with contextlib.suppress(OSError):  # its manager then says cancelled, not interrupted
+            told.touch()
         os.kill(manager.pid, signal.SIGTERM)  # it releases its pilots, as on Ctrl-C
         while manager.alive(None):
             await clock.sleep(0.2)
         await _cancelled(store, run_id)  # for good: not 'interrupted', which resume takes up
+        told.unlink(missing_ok=True)
         return []
     if state not in (RunState.MANAGER_GONE, RunState.INTERRUPTED):
         raise ResumeError(f"run {run_id} has ended ({state}): nothing to cancel")
@@ -336,6 +340,13 @@ async def cancel(store: Store, run_id: str) -> list[str]:
             owner.end()
     await _cancelled(store, run_id)
     return cancelled
+
+
+async def cancelling(store: Store, run_id: str) -> bool:
+    """Whether ``leadtime cancel`` is stopping run ``run_id``'s manager (with SIGTERM)."""
+    found = await store.rows("runs", {"run_id": run_id})
+    run_dir = found[0]["run_dir"] if found else None
+    return run_dir is not None and (Path(run_dir) / CANCELLING).exists()
 
 
 async def unreleased(store: Store, run_id: str) -> list[str]:
@@ -362,6 +373,8 @@ async def _cancelled(store: Store, run_id: str) -> None:
 
 
 _ENDED = {str(s) for s in JobState if s.finished}
+CANCELLING = "cancelling"
+"""A file in a run's directory while ``leadtime cancel`` stops the run's live manager."""
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,9 @@ def test_cancel_ends_a_running_run_for_good(tmp_path):
     )
     assert cancel.returncode == 0, cancel.stderr
     assert crash.manager.wait(timeout=60) == 128 + signal.SIGTERM  # as `cancel` stops it
+    said = crash.manager.stderr.read()  # its own terminal: cancelled, not to be resumed
+    assert f"run {crash.run_id} cancelled (leadtime cancel): its pilots were released" in said
+    assert "resume" not in said and not list(tmp_path.glob("**/.leadtime/*/cancelling"))
     assert live_pilots(crash.db) == set() and crash.leftovers() == []
     with sqlite3.connect(crash.db) as con:
         status, error = con.execute("SELECT status, error FROM runs").fetchone()
