@@ -460,18 +460,16 @@ def _start(
             fail(f"run {run_id} {how}: the simulated cluster lived in it; run it again", code)
         if sig is signal.SIGTERM and _read_store(db, lambda s: cancelling(s, run_id), False):
             fail(f"run {run_id} cancelled (leadtime cancel): its pilots were released", code)
+        resume = f"leadtime resume {run_id} takes it up where it stopped"
         jobs = _read_store(db, lambda store: unreleased(store, run_id), []) if forced else []
-        left = f"job {jobs[0]}" if len(jobs) == 1 else f"jobs {', '.join(jobs)}"
-        fail(
-            f"run {run_id} {how}: "
-            + (
-                f"{left} may still be queued or running (leadtime cancel {run_id} cancels them; "
-                if jobs
-                else "its pilots were released ("
+        if jobs:
+            left = f"job {jobs[0]}" if len(jobs) == 1 else f"jobs {', '.join(jobs)}"
+            fail(
+                f"run {run_id} {how}: {left} may still be queued or running (leadtime cancel "
+                f"{run_id} cancels them; {resume})",
+                code,
             )
-            + f"leadtime resume {run_id} takes it up where it stopped)",
-            code,
-        )
+        fail(f"run {run_id} {how}: its pilots were released ({resume})", code)
     except (Refused, SetupError) as e:
         if new_store:  # a run refused before it started leaves no store behind
             _remove_store(db or default_path())

@@ -898,7 +898,8 @@ class RunState:
     ) -> str | None:
         """Why ``task`` cannot finish, if its attempt that ``worker``'s pilot's time limit
         ended (started at run time ``started``) had the pilot's whole time and no pilot of
-        ``stage`` gets a longer one, or if that happened ``max_attempts`` times."""
+        ``stage`` gets a longer one, or if that happened ``max_attempts`` times (each such
+        time is counted in ``task.cut``)."""
         pilot = self.by_job.get(worker.pilot_id)
         if pilot is None or pilot.info is None or pilot.info.start_time is None:
             return None
@@ -907,9 +908,11 @@ class RunState:
             return None  # a fresh pilot gives it longer
         task.cut += 1
         allocation = stage.spec.allocation
-        longest = (allocation.max_time_s or limit) if allocation.auto else allocation.time_limit_s
+        if allocation.auto:  # its pilots may get longer, up to its max_time
+            longest, field = allocation.max_time_s or limit, "max_time"
+        else:
+            longest, field = allocation.time_limit_s, "time"
         ran = f"it ran {duration(task.outlasted)} until its pilot's time limit ended it"
-        field = "max_time" if allocation.auto else "time"
         advice = f"give stage {stage.spec.name} a longer allocation {field}"
         if longest <= limit:
             return f"{ran}, the whole {duration(limit)} its pilots get: {advice}"
