@@ -160,7 +160,6 @@ def test_the_command_line_collects_the_youngest_objects_less_often(monkeypatch):
     had a 100,000-task run spend a tenth of its time in the collector."""
     import gc
 
-    from orchestrator.cli import main
     from orchestrator.session import YOUNG_COLLECTION
 
     before = gc.get_threshold()
@@ -168,10 +167,34 @@ def test_the_command_line_collects_the_youngest_objects_less_often(monkeypatch):
     try:
         gc.set_threshold(700, *before[1:])
         with pytest.raises(SystemExit):
-            main()
+            _console_script()()
         assert gc.get_threshold() == (YOUNG_COLLECTION, *before[1:])
     finally:
         gc.set_threshold(*before)
+
+
+def _console_script():
+    """The function the installed ``leadtime`` command calls."""
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="leadtime")
+    return script.load()
+
+
+@pytest.mark.parametrize("after", [0.05, 0.3])
+def test_ctrl_c_while_the_command_line_loads_leaves_quietly(after):
+    """Its imports take about a second: a Ctrl-C then printed a traceback from one of them."""
+    script = _console_script()
+    command = [sys.executable, "-c", f"from {script.__module__} import main; main()", "status"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(after)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err
+    assert (out, err) == ("", "")
 
 
 def test_ctrl_c_in_a_simulated_run_says_to_run_it_again_not_to_resume(tmp_path):
