@@ -991,12 +991,24 @@ app.add_typer(bench_app, name="bench")
 @bench_app.command("sizing")
 def bench_sizing_command(
     trace: Annotated[Path, typer.Option(help="A task trace (formats: docs/traces.md).")],
-    sizer: Annotated[str, typer.Option(help="Comma-separated sizers (see `leadtime sizers`).")],
+    sizer: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated sizers (see `leadtime sizers`); by default the default "
+            "sizer beside the tasks' declared sizes (user)."
+        ),
+    ] = f"{DEFAULT_SIZER},user",
     workers: Annotated[int, typer.Option(min=1, help="Simulated workers.")] = 20,
     worker_cores: Annotated[float, typer.Option(help="Cores per worker.")] = 16,
     worker_memory: Annotated[float, typer.Option(help="Memory per worker, MB.")] = 64000,
     worker_disk: Annotated[float, typer.Option(help="Disk per worker, MB.")] = 64000,
-    seed: Seed = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            help="Seed of the random draws: when a kill comes (where a trace records only "
+            "peaks), and the randomised sizers' own."
+        ),
+    ] = 0,
     json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
     """Replay a trace's tasks through sizers on simulated workers: AWE, waste, retries."""

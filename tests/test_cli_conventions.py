@@ -48,6 +48,17 @@ def test_h_is_help_and_values_read_as_words(command):
     assert not re.search(r"<\w+(\[\w+\])?>", short.output), short.output
 
 
+def test_bench_sizing_by_default_sets_the_default_sizer_beside_the_declared_sizes(tmp_path):
+    from learners.sizing import DEFAULT_SIZER
+
+    trace = tmp_path / "t.csv"
+    rows = [f"a,1,{100 + 10 * i},50,{20 + i},{30 + i}" for i in range(30)]
+    trace.write_text("category,cores,memory,disk,cpu_time,wall_time\n" + "\n".join(rows) + "\n")
+    done = CliRunner().invoke(app, ["bench", "sizing", "--trace", str(trace), "--json"])
+    assert done.exit_code == 0, done.output
+    assert [r["sizer"] for r in json.loads(done.output)] == [DEFAULT_SIZER] * 3 + ["user"] * 3
+
+
 def test_run_help_shows_flags_bare_and_values_by_their_kind():
     text = CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output
     share = next(line for line in text.splitlines() if "--share" in line)
