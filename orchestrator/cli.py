@@ -633,8 +633,19 @@ def demo(
 def status(
     run_id: Annotated[str | None, typer.Argument(help="A run (default: list the runs).")] = None,
     db: Db = None,
+    all_: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help=f"List every run (without it, the newest {RECENT_RUNS} and any older one "
+            "still running or whose manager is gone).",
+        ),
+    ] = False,
     json_: Annotated[
-        bool, typer.Option("--json", help="Print all of it as JSON (times in seconds).")
+        bool,
+        typer.Option(
+            "--json", help="Print all of it as JSON (times in seconds; every run when listing)."
+        ),
     ] = False,
 ) -> None:
     """List the runs in the store, or show one: what it ran and how it stands, its figures,
@@ -663,8 +674,12 @@ def status(
     if not rows:
         out.print(f"no runs in {_existing(db)}", highlight=False, markup=False)
         return
+    listed = rows if all_ else _recent(rows)
+    if len(listed) < len(rows):
+        earlier = human.count(len(rows) - len(listed), "earlier run")
+        out.print(f"{earlier} not listed (--all lists every run)", highlight=False)
     lines = [("run", "workflow", "backend", "strategy", "started", "state", "error")]
-    for row in rows:
+    for row in listed:
         lines.append(
             (
                 row["run_id"],
@@ -680,6 +695,18 @@ def status(
     for line in lines:
         cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
         out.print("  ".join([*cells, line[-1]]).rstrip(), highlight=False, markup=False)
+
+
+RECENT_RUNS = 20
+"""Runs ``status`` lists without ``--all``: the newest (a store keeps every run it had)."""
+
+
+def _recent(rows: list[dict]) -> list[dict]:
+    """The newest :data:`RECENT_RUNS` of ``rows`` (oldest first), and any older one still
+    running or whose manager is gone: what may hold pilots, or want a resume or a cancel."""
+    cut = len(rows) - RECENT_RUNS
+    live = (runs.RunState.RUNNING, runs.RunState.MANAGER_GONE)
+    return [r for i, r in enumerate(rows) if i >= cut or runs.state(r) in live]
 
 
 LISTED = ("run_id", "workflow", "backend", "strategy", "status", "created", "ended", "error")

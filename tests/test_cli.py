@@ -9,6 +9,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from backends import clock
 from orchestrator.cli import app
 from workflows.spec import example
 
@@ -42,6 +43,32 @@ def test_status_lists_the_runs_of_the_store(cli):
     listed = cli("status")
     assert listed.exit_code == 0
     assert "blast" in listed.output and "bigjob" in listed.output and "done" in listed.output
+
+
+def test_status_lists_the_newest_runs_and_any_older_one_left_running(cli, tmp_path):
+    """A store keeps every run: the list showed a hundred demo runs before the one asked for."""
+    from orchestrator.cli import RECENT_RUNS
+    from orchestrator.store import Store
+
+    async def fill():
+        async with await Store.open(tmp_path / "store.db") as store:
+            for i in range(RECENT_RUNS + 5):
+                gone = {"host": "elsewhere", "pid": 1, "started": 0.0} if i == 1 else None
+                store.stage(
+                    "runs", {"run_id": f"run{i:02d}"}, workflow="w", backend="mock",
+                    strategy="asa", status="running" if i == 1 else "done",
+                    created=1e9 + i, manager=gone, heartbeat=1e9 if gone else None,
+                )  # fmt: skip
+            await store.flush()
+
+    clock.run(fill(), virtual=False)
+    listed = cli("status").output
+    shown = [f"run{i:02d}" for i in range(RECENT_RUNS + 5) if f"run{i:02d}" in listed]
+    assert shown == ["run01", *[f"run{i:02d}" for i in range(5, RECENT_RUNS + 5)]]
+    assert "manager gone" in listed.splitlines()[2]
+    assert listed.splitlines()[0] == "4 earlier runs not listed (--all lists every run)"
+    assert all(f"run{i:02d}" in cli("status", "--all").output for i in range(RECENT_RUNS + 5))
+    assert len(json.loads(cli("status", "--json").output)) == RECENT_RUNS + 5
 
 
 def test_compare_json_rows(cli):
