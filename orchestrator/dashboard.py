@@ -13,8 +13,10 @@ is taken, and a stage's attempts that did not succeed, by cause, at a bounded ra
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console, Group
@@ -26,7 +28,7 @@ from rich.text import Text
 from backends import clock
 from backends.base import JobState
 from learners.resources import RESOURCES
-from orchestrator.human import amounts, count, duration, megabytes, number, offset
+from orchestrator.human import amounts, count, duration, listing, megabytes, number, offset
 from orchestrator.planner import Phase
 from orchestrator.report import causes_text
 
@@ -209,10 +211,35 @@ class Dashboard:
             self._live.update(render(engine), refresh=True)
 
 
+@dataclass
+class _Alike:
+    """Notes said the same way of one pilot after another (a stage's units of one task each,
+    let go as each one's task ends): the first is printed, the others counted."""
+
+    shape: str
+    since: float
+    pilots: list[str] = field(default_factory=list)
+    last: float = 0.0
+
+    def summary(self) -> str:
+        more = count(len(self.pilots), "more pilot")
+        return f"{more} the same way since {offset(self.since)}: {listing(self.pilots)}"
+
+
+_OF_A_PILOT = re.compile(r"pilot (\S+): (.*)")
+
+
+def _shape(what: str) -> str:
+    """What a note says of a pilot, its numbers aside (moments and costs move by seconds)."""
+    return re.sub(r"\d+(\.\d+)?", "#", what)
+
+
 class DecisionLog:
-    """Prints each decision of the engine once, as a line, when it is taken; and, for a stage
-    whose attempts keep not succeeding, a line of its counts by cause and its tasks' size now,
-    at most once per ``every_s`` of the run's time (and once more as the stage ends)."""
+    """Prints each decision of the engine once, as a line, when it is taken (a run of notes
+    said alike of one pilot after another as one line and a count, :class:`_Alike`); and,
+    for a stage whose attempts keep not succeeding, a line of its counts by cause and its
+    tasks' size now, at most once per ``every_s`` of the run's time (and once more as the
+    stage ends)."""
 
     def __init__(self, console: Console, every_s: float = 60.0) -> None:
         self._console = console
@@ -223,6 +250,7 @@ class DecisionLog:
         self._engine: Engine | None = None
         self._now = 0.0
         """The run's time at the engine's last pass."""
+        self._alike: _Alike | None = None
 
     def __enter__(self) -> DecisionLog:
         return self
@@ -231,13 +259,14 @@ class DecisionLog:
         if self._engine is not None:  # told at the run's end, which may be long after a pass
             end = self._engine.state.end_t
             self._trouble(self._engine, self._now if end is None else end, final=True)
+        self._end_alike()
         self._console.print()
 
     def __call__(self, engine: Engine) -> None:
         self._engine, self._now = engine, engine.now()
         fresh = min(engine.state.notes_total - self._printed, len(engine.state.notes))
         for t, text in list(engine.state.notes)[len(engine.state.notes) - fresh :]:
-            self._say(t, text)
+            self._note(t, text)
         self._printed = engine.state.notes_total
         self._trouble(engine, self._now)
 
@@ -255,5 +284,25 @@ class DecisionLog:
             attempts = f"{count(n, 'attempt')} did not succeed" + (" so far" if going else "")
             self._say(now, f"stage {name}: {attempts} ({causes_text(stage.causes)}){sized}")
 
+    def _note(self, t: float, text: str) -> None:
+        of_a_pilot = _OF_A_PILOT.fullmatch(text)
+        shape = _shape(of_a_pilot[2]) if of_a_pilot else None
+        if self._alike is not None and of_a_pilot and shape == self._alike.shape:
+            self._alike.pilots.append(of_a_pilot[1])
+            self._alike.last = t
+            return
+        self._say(t, text)
+        if shape is not None:
+            self._alike = _Alike(shape, t)
+
+    def _end_alike(self) -> None:
+        alike, self._alike = self._alike, None
+        if alike is not None and alike.pilots:
+            self._print(alike.last, alike.summary())
+
     def _say(self, t: float, text: str) -> None:
+        self._end_alike()
+        self._print(t, text)
+
+    def _print(self, t: float, text: str) -> None:
         self._console.print(_line(t, text), highlight=False, markup=False, soft_wrap=True)

@@ -227,3 +227,38 @@ def test_a_failed_run_s_last_tally_is_told_at_the_run_s_end_not_at_its_last_pass
         stage.causes["lost"], stage.phase, state.end_t = 1, Phase.FAILED, 61.0
     (told,) = [line for line in out.getvalue().splitlines() if "did not succeed" in line]
     assert told == "t+1 min 1 s  stage long: 1 attempt did not succeed (1 lost)"
+
+
+def test_notes_said_alike_of_one_pilot_after_another_are_one_line_and_a_count():
+    """An elastic stage's units of one task each are let go one by one as their tasks end:
+    a line each made a 24-wide montage run log 47 lines of releases."""
+    state = SimpleNamespace(notes=[], notes_total=0, stages={}, end_t=None)
+    engine = SimpleNamespace(state=state, now=lambda: 0.0)
+    notes = [
+        (474, "pilot all-2: idle until t+10 min 32 s: released (holding it costs 2 min 12 s)"),
+        (477, "pilot all-18: idle until t+10 min 35 s: released (holding it costs 2 min 13 s)"),
+        (480, "pilot all-7: idle until t+10 min 39 s: released (holding it costs 2 min 12 s)"),
+        (493, "23 cores needed at t+10 min 51 s: submitting at t+10 min 41 s"),
+        (500, "pilot all-3: no stage needs it again: released"),
+        (501, "pilot all-4: no stage needs it again: released"),
+        (502, "pilot all-5: cancelled"),
+        (510, "pilot all-6: no stage needs it again: released"),
+        (511, "pilot all-8: no stage needs it again: released"),
+    ]
+    out = io.StringIO()
+    with (log := DecisionLog(Console(file=out, width=200), every_s=1e9)):
+        for note in notes:
+            state.notes.append(note)
+            state.notes_total += 1
+            log(engine)
+    assert out.getvalue().strip().splitlines() == [
+        "t+7 min 54 s  pilot all-2: idle until t+10 min 32 s: released (holding it costs 2 min "
+        "12 s)",
+        "t+8 min  2 more pilots the same way since t+7 min 54 s: all-18 and all-7",
+        "t+8 min 13 s  23 cores needed at t+10 min 51 s: submitting at t+10 min 41 s",
+        "t+8 min 20 s  pilot all-3: no stage needs it again: released",
+        "t+8 min 21 s  1 more pilot the same way since t+8 min 20 s: all-4",
+        "t+8 min 22 s  pilot all-5: cancelled",
+        "t+8 min 30 s  pilot all-6: no stage needs it again: released",
+        "t+8 min 31 s  1 more pilot the same way since t+8 min 30 s: all-8",
+    ]
