@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -114,7 +114,7 @@ def render(engine: Engine) -> Group:
         hidden = Counter(_pilot_state(p) for p in hidden_pilots)
         told = ", ".join(f"{n} {state}" for state, n in sorted(hidden.items()))
         pilots.add_row(Text(f"… {len(hidden_pilots)} more: {told}", style="dim"))
-    notes = Text("\n".join(_line(t, text) for t, text in list(engine.state.notes)[-6:]))
+    notes = Text("\n".join(_line(t, text) for t, text in Condensed.of(engine.state.notes)[-6:]))
     shown = [head, stages, *([sizes] if sizes.rows else []), pilots]
     return Group(*shown, Text("decisions", style="bold"), notes)
 
@@ -214,16 +214,16 @@ class Dashboard:
 @dataclass
 class _Alike:
     """Notes said the same way of one pilot after another (a stage's units of one task each,
-    let go as each one's task ends): the first is printed, the others counted."""
+    let go as each one's task ends)."""
 
     shape: str
     since: float
     pilots: list[str] = field(default_factory=list)
     last: float = 0.0
 
-    def summary(self) -> str:
+    def summary(self) -> tuple[float, str]:
         more = count(len(self.pilots), "more pilot")
-        return f"{more} the same way since {offset(self.since)}: {listing(self.pilots)}"
+        return self.last, f"{more} the same way since {offset(self.since)}: {listing(self.pilots)}"
 
 
 _OF_A_PILOT = re.compile(r"pilot (\S+): (.*)")
@@ -234,9 +234,42 @@ def _shape(what: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", what)
 
 
+class Condensed:
+    """The engine's notes as lines to read: a run of notes said alike of one pilot after
+    another is its first note and then one line counting the others."""
+
+    def __init__(self) -> None:
+        self._alike: _Alike | None = None
+
+    def add(self, t: float, text: str) -> list[tuple[float, str]]:
+        """The lines that note ``text`` at ``t`` completes (none while it extends a run)."""
+        of_a_pilot = _OF_A_PILOT.fullmatch(text)
+        shape = _shape(of_a_pilot[2]) if of_a_pilot else None
+        alike = self._alike
+        if alike is not None and of_a_pilot and shape == alike.shape:
+            alike.pilots.append(of_a_pilot[1])
+            alike.last = t
+            return []
+        lines = [*self.end(), (t, text)]
+        if shape is not None:
+            self._alike = _Alike(shape, t)
+        return lines
+
+    def end(self) -> list[tuple[float, str]]:
+        """The count of the run under way, if it has more than its first note."""
+        alike, self._alike = self._alike, None
+        return [alike.summary()] if alike is not None and alike.pilots else []
+
+    @classmethod
+    def of(cls, notes: Iterable[tuple[float, str]]) -> list[tuple[float, str]]:
+        condensed = cls()
+        lines = [line for t, text in notes for line in condensed.add(t, text)]
+        return lines + condensed.end()
+
+
 class DecisionLog:
     """Prints each decision of the engine once, as a line, when it is taken (a run of notes
-    said alike of one pilot after another as one line and a count, :class:`_Alike`); and,
+    said alike of one pilot after another as its first and a count, :class:`Condensed`); and,
     for a stage whose attempts keep not succeeding, a line of its counts by cause and its
     tasks' size now, at most once per ``every_s`` of the run's time (and once more as the
     stage ends)."""
@@ -250,7 +283,7 @@ class DecisionLog:
         self._engine: Engine | None = None
         self._now = 0.0
         """The run's time at the engine's last pass."""
-        self._alike: _Alike | None = None
+        self._condensed = Condensed()
 
     def __enter__(self) -> DecisionLog:
         return self
@@ -259,7 +292,7 @@ class DecisionLog:
         if self._engine is not None:  # told at the run's end, which may be long after a pass
             end = self._engine.state.end_t
             self._trouble(self._engine, self._now if end is None else end, final=True)
-        self._end_alike()
+        self._print(self._condensed.end())
         self._console.print()
 
     def __call__(self, engine: Engine) -> None:
@@ -285,24 +318,11 @@ class DecisionLog:
             self._say(now, f"stage {name}: {attempts} ({causes_text(stage.causes)}){sized}")
 
     def _note(self, t: float, text: str) -> None:
-        of_a_pilot = _OF_A_PILOT.fullmatch(text)
-        shape = _shape(of_a_pilot[2]) if of_a_pilot else None
-        if self._alike is not None and of_a_pilot and shape == self._alike.shape:
-            self._alike.pilots.append(of_a_pilot[1])
-            self._alike.last = t
-            return
-        self._say(t, text)
-        if shape is not None:
-            self._alike = _Alike(shape, t)
-
-    def _end_alike(self) -> None:
-        alike, self._alike = self._alike, None
-        if alike is not None and alike.pilots:
-            self._print(alike.last, alike.summary())
+        self._print(self._condensed.add(t, text))
 
     def _say(self, t: float, text: str) -> None:
-        self._end_alike()
-        self._print(t, text)
+        self._print([*self._condensed.end(), (t, text)])
 
-    def _print(self, t: float, text: str) -> None:
-        self._console.print(_line(t, text), highlight=False, markup=False, soft_wrap=True)
+    def _print(self, lines: list[tuple[float, str]]) -> None:
+        for t, text in lines:
+            self._console.print(_line(t, text), highlight=False, markup=False, soft_wrap=True)

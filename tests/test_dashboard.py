@@ -13,7 +13,7 @@ from rich.console import Console
 
 from backends import clock
 from orchestrator.cli import DEMO_MOCK
-from orchestrator.dashboard import PILOT_ROWS, DecisionLog, killed, render
+from orchestrator.dashboard import PILOT_ROWS, Condensed, DecisionLog, _line, killed, render
 from orchestrator.engine import Engine
 from orchestrator.human import duration, megabytes, offset
 from orchestrator.planner import Phase
@@ -251,7 +251,9 @@ def test_notes_said_alike_of_one_pilot_after_another_are_one_line_and_a_count():
             state.notes.append(note)
             state.notes_total += 1
             log(engine)
-    assert out.getvalue().strip().splitlines() == [
+    logged = out.getvalue().strip().splitlines()
+    assert [_line(t, text) for t, text in Condensed.of(notes)] == logged  # and the live view
+    assert logged == [
         "t+7 min 54 s  pilot all-2: idle until t+10 min 32 s: released (holding it costs 2 min "
         "12 s)",
         "t+8 min  2 more pilots the same way since t+7 min 54 s: all-18 and all-7",
