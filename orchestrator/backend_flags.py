@@ -47,12 +47,16 @@ class BackendFlag:
     optional: bool
     default: Any
     help: str
+    panel: str | None = None
+    """The help panel it is listed in: the backends that have its field."""
 
     def parameter(self) -> inspect.Parameter:
         kind = list[self.kind] if self.repeated else self.kind
         hint = kind | None if self.optional or self.repeated else kind
         decls = () if self.spec.flag is None else (self.spec.flag,)
-        info = typer.Option(*decls, help=self.help, metavar=self.spec.metavar)
+        info = typer.Option(
+            *decls, help=self.help, metavar=self.spec.metavar, rich_help_panel=self.panel
+        )
         default = None if self.repeated else self.default
         return inspect.Parameter(
             self.field, inspect.Parameter.KEYWORD_ONLY, default=default,
@@ -93,8 +97,10 @@ def backend_flags(
                 raise TypeError(f"{cls.__name__}.{field.name}: another backend's option of "
                                 "that name is given otherwise on the command line")  # fmt: skip
     for name, flag in found.items():
-        owners = ", ".join(c.name for c in classes if name in _fields(c)).capitalize()
-        found[name] = dataclasses.replace(flag, help=flag.spec.help.replace(BACKENDS, owners))
+        names = [c.name for c in classes if name in _fields(c)]
+        help = flag.spec.help.replace(BACKENDS, ", ".join(names).capitalize())
+        panel = f"Options of --backend {' and '.join(names)}"
+        found[name] = dataclasses.replace(flag, help=help, panel=panel)
     return found
 
 

@@ -140,24 +140,49 @@ def _choice(value: str, choices: Sequence[str], what: str) -> str:
     return value
 
 
+STRATEGY_PANEL = "Strategy"
+LEARNER_PANEL = "Queue-wait learner"
+"""Help panels of `run` and `compare`: what a flag tunes (a backend's flags: its own panel)."""
+
+Strategy = Annotated[
+    str,
+    typer.Option(help=f"One of {', '.join(STRATEGIES)}.", rich_help_panel=STRATEGY_PANEL),
+]
+Policy = Annotated[
+    str,
+    typer.Option(
+        help=f"Queue-wait learner policy: {', '.join(POLICIES)}.", rich_help_panel=LEARNER_PANEL
+    ),
+]
 ALL_FIELDS = ",".join(GEOMETRY_FIELDS)
 LearnBy = Annotated[
     str,
-    typer.Option(help="Geometry fields that tell queue-wait learner states apart."),
+    typer.Option(
+        help="Geometry fields that tell queue-wait learner states apart.",
+        rich_help_panel=LEARNER_PANEL,
+    ),
 ]
 WaitEstimate = Annotated[
     str,
     typer.Option(
         help="The wait ASA plans with: auto (0.9 quantile with a dependency, median without), "
-        "sample (the learner's draw) or a quantile such as 0.75."
+        "sample (the learner's draw) or a quantile such as 0.75.",
+        rich_help_panel=LEARNER_PANEL,
     ),
 ]
-Share = Annotated[bool, typer.Option(help="Tasks may use any pilot with room (the unified pool).")]
+Share = Annotated[
+    bool,
+    typer.Option(
+        help="Tasks may use any pilot with room (the unified pool).",
+        rich_help_panel=STRATEGY_PANEL,
+    ),
+]
 IdleCancel = Annotated[
     float,
     typer.Option(
         "--idle-cancel",
         help="asa-naive: cancel and resubmit a pilot that would idle longer than this (s).",
+        rich_help_panel=STRATEGY_PANEL,
     ),
 ]
 Cost = Annotated[
@@ -167,6 +192,7 @@ Cost = Annotated[
         help="The seconds of makespan one core-hour is worth (lambda in makespan + lambda x "
         "core-hours): elastic holds or gives back idle nodes by it (0 holds every pilot to the "
         'end), and allocation = "auto" weighs a wider pilot\'s speed against its idle cores.',
+        rich_help_panel=STRATEGY_PANEL,
     ),
 ]
 UnitOption = Annotated[
@@ -176,13 +202,15 @@ UnitOption = Annotated[
         help="elastic: the most cores one pilot holds: task (one task's cores: the narrowest, "
         "which the scheduler's backfill starts soonest), node (a node's, for partitions that "
         "allocate whole nodes), or a number of cores (whole tasks, at most a node).",
+        rich_help_panel=STRATEGY_PANEL,
     ),
 ]
 LearnerScope = Annotated[
     str | None,
     typer.Option(
         help="Share the queue-wait learner under this name across clusters (default: each "
-        "cluster learns its own waits)."
+        "cluster learns its own waits).",
+        rich_help_panel=LEARNER_PANEL,
     ),
 ]
 
@@ -273,11 +301,9 @@ def run(
     backend: Annotated[
         str, typer.Option(help="mock (simulated cluster), local or slurm.")
     ] = "mock",
-    strategy: Annotated[str, typer.Option(help=f"One of {', '.join(STRATEGIES)}.")] = "elastic",
+    strategy: Strategy = "elastic",
     sizer: Annotated[str | None, typer.Option(help="Task sizer (see `leadtime sizers`).")] = None,
-    policy: Annotated[
-        str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
-    ] = DEFAULT_POLICY,
+    policy: Policy = DEFAULT_POLICY,
     learn_by: LearnBy = ALL_FIELDS,
     wait_estimate: WaitEstimate = "auto",
     share: Share = True,
@@ -914,9 +940,7 @@ def compare(
     ] = "28,56,112",
     runs: Annotated[int, typer.Option(min=1, help="Runs per workflow, scale and strategy.")] = 1,
     sizer: Annotated[str | None, typer.Option(help="Task sizer.")] = None,
-    policy: Annotated[
-        str, typer.Option(help=f"Queue-wait learner policy: {', '.join(POLICIES)}.")
-    ] = DEFAULT_POLICY,
+    policy: Policy = DEFAULT_POLICY,
     learn_by: LearnBy = ALL_FIELDS,
     wait_estimate: WaitEstimate = "auto",
     gap: Annotated[

@@ -59,6 +59,22 @@ def test_bench_sizing_by_default_sets_the_default_sizer_beside_the_declared_size
     assert [r["sizer"] for r in json.loads(done.output)] == [DEFAULT_SIZER] * 3 + ["user"] * 3
 
 
+def test_run_help_lists_its_flags_by_what_they_tune_and_a_backend_s_under_its_name():
+    text = CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output
+    panels: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if title := re.match(r"╭─ (.+?) ─", line):
+            flags = panels.setdefault(title[1], [])
+        elif flag := re.match(r"│ (--[\w-]+)", line):
+            flags.append(flag[1])
+    assert {"--backend", "--sizer", "--workdir", "--json"} <= set(panels["Options"])
+    assert {"--strategy", "--cost", "--unit", "--share"} <= set(panels["Strategy"])
+    assert {"--policy", "--wait-estimate"} <= set(panels["Queue-wait learner"])
+    assert {"--trace", "--cluster"} <= set(panels["Options of --backend mock"])
+    assert panels["Options of --backend slurm"] == ["--sbatch-option"]
+    assert "--keep-sandboxes" in panels["Options of --backend local and slurm"]
+
+
 def test_run_help_shows_flags_bare_and_values_by_their_kind():
     text = CliRunner().invoke(app, ["run", "-h"], terminal_width=200).output
     share = next(line for line in text.splitlines() if "--share" in line)
