@@ -223,8 +223,16 @@ class Elastic:
     nodes: int | None = None
     """The partition's nodes, where the backend tells (an automatic stage's widest)."""
     _said: PlannedMoments = field(default_factory=PlannedMoments)
+    _default_per_core: float | None = None
+    """The memory per core the scheduler gives a unit that leaves memory to its default, as
+    the units' workers showed (None: none seen yet, a node's share assumed). A cluster's
+    default may be less than its nodes' share (Slurm's DefMemPerCPU): a unit then asks for
+    the memory of tasks that outgrow it."""
     fit = None
     """Automatic allocations keep their fallback: units are planned from the run's width."""
+    sized_to_tasks = True
+    """A unit holds the memory of the tasks it serves: one grown larger than the units there
+    are waits for a unit sized to it."""
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
         """Each stage's unit, with its memory and the time limit of the longest chain: what
@@ -246,6 +254,7 @@ class Elastic:
         place's units serve its stages, planned from their width alone."""
         if not any(v.phase.open for v in stages.values()):
             return Plan()
+        self._learn_default(pilots)
         places = {_place(v.allocation) for v in stages.values() if v.phase.open}
         places |= {_place(p.allocation) for p in pilots if p.allocation is not None}
         plans = [
@@ -369,18 +378,23 @@ class Elastic:
 
     def _unfit(self, unit: PilotView, stages: Sequence[StageView], now: float) -> str | None:
         """Why ``unit`` can hold no task of the stages still open, if it cannot: its cores or
-        memory too small for tasks that have since grown (their memory, after a kill), or its
-        time limit too near for another task of a stage running now to finish (placement gives
-        it none). Such a unit would otherwise count as width held while no task runs on it."""
+        memory too small for tasks that have since grown (their memory, after a kill), idle
+        while a task it cannot hold waits for a larger unit (counted as width for a later
+        stage, it would keep that unit from being acquired), or its time limit too near for
+        another task of a stage running now to finish (placement gives it none). Such a unit
+        would otherwise count as width held while no task runs on it."""
         assert unit.allocation is not None  # every unit has one
         if not stages:
             return None  # its fate lets it go: no stage needs it again
-        memory = self._memory(unit.allocation)
+        memory = self._memory(unit.allocation) if unit.memory is None else unit.memory
         fits = [
             v for v in stages if _cores(v.task) <= unit.cores and v.task.memory <= memory + 1e-9
         ]
         if not fits:
             return "too small for the tasks left"
+        held = {v.name for v in fits}
+        if not unit.busy and any(v.outgrown and v.name not in held for v in stages):
+            return "too small for the tasks waiting"  # kept for a later stage, it would block
         # Tasks it could start now: a later stage's are left to the units acquired for it.
         startable = [v for v in fits if v.phase != Phase.WAITING]
         ends = unit.ends
@@ -389,10 +403,24 @@ class Elastic:
         return None
 
     def _memory(self, allocation: Allocation) -> float:
-        """An allocation's memory in MB: as written, or its cores' share of a node's."""
+        """An allocation's memory in MB: as written, or what the default gives its cores."""
         if allocation.memory_mb is not None:
             return allocation.memory_mb
-        return self.node.memory * allocation.cores / self.node.cores
+        return self._default(allocation.cores)
+
+    def _default(self, cores: int) -> float:
+        """The memory the scheduler's default gives ``cores`` (MB): as units showed, or the
+        cores' share of a node's."""
+        per_core = self._default_per_core or self.node.memory / self.node.cores
+        return per_core * cores
+
+    def _learn_default(self, pilots: Sequence[PilotView]) -> None:
+        """What the scheduler's default memory gave the units that left memory to it."""
+        for p in pilots:
+            if p.memory and p.cores and p.allocation and p.allocation.memory_mb is None:
+                per_core = p.memory / p.cores
+                known = self._default_per_core
+                self._default_per_core = per_core if known is None else min(known, per_core)
 
     def _k(self, cores: int) -> float:
         """The cost of a second of ``cores`` idle, in seconds of makespan."""
@@ -517,9 +545,10 @@ class Elastic:
     def _unit(self, cores: int, serves: Sequence[StageView], limit: float) -> Allocation:
         """A unit of ``cores`` for the stages it serves, with the time limit of the longest
         chain left. Its memory is the most any of them gives that many cores (a stage that
-        leaves memory to the default counts a node's share); it leaves memory to the default
-        where they all do. A stage whose allocation fits a node's memory gives a unit no more.
-        Either way, it holds the memory of as many of their tasks as its cores hold."""
+        leaves memory to the default counts what the default gives, :meth:`_default`); it
+        leaves memory to the default where they all do. A stage whose allocation fits a
+        node's memory gives a unit no more. Either way, it holds the memory of as many of
+        their tasks as its cores hold."""
         widest = max(serves, key=lambda v: v.allocation.cores).allocation
         node = self.node
         memory: float | None = None
@@ -530,7 +559,7 @@ class Elastic:
             )
             memory = math.floor(memory)
         tasks = max(v.task.memory * (cores // _cores(v.task)) for v in serves)
-        if tasks > (node.memory * cores / node.cores if memory is None else memory):
+        if tasks > (self._default(cores) if memory is None else memory):
             memory = min(math.ceil(tasks), math.floor(node.memory))
         return replace(widest, cores=cores, nodes=None, memory_mb=memory, time_limit_s=limit)
 

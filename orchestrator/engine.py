@@ -313,6 +313,8 @@ class Engine:
         state.note_let_go([a for a in plan.actions if not isinstance(a, Submit)])
         self._tick()
         self._unsent = state.place()  # recorded running by this write, then sent
+        if state.plan_again:
+            self._wake = clock.now()  # the next pass at once
         await self.recorder.write_ahead()
         launches, self._unsent = self._unsent, []
         for launch in launches:

@@ -85,6 +85,9 @@ class StageView:
     duration: float = 0.0
     """How long its tasks ran on average so far (0: none yet), as placement expects a task
     to run: a worker whose pilot ends sooner takes none."""
+    outgrown: bool = False
+    """Its next task, ``task`` in size, waits for a worker larger than any there is (a
+    planner that sizes pilots to their tasks brings one)."""
 
     @property
     def forecast_end(self) -> float | None:
@@ -105,6 +108,9 @@ class PilotView:
     """When its time limit ends it, once it started."""
     submitted: float = 0.0
     """When it was submitted."""
+    memory: float | None = None
+    """The memory its largest worker holds, once one joined (MB): where its allocation leaves
+    memory to the scheduler's default, what that default gave."""
 
     @property
     def cores(self) -> int:
@@ -151,6 +157,9 @@ class Planner(Protocol):
     name: str
     fit: AutoFit | None
     """Chooses its automatic allocations (None: it submits them at their fallback)."""
+    sized_to_tasks: bool
+    """Its pilots are sized to the tasks they hold, memory included (up to their stage's share
+    of a node): a task grown larger than the workers there are waits for one sized to it."""
 
     def decide(
         self, now: float, stages: Mapping[str, StageView], pilots: Sequence[PilotView]
@@ -344,6 +353,7 @@ class _StageAllocations:
     """Planners that submit each stage's own allocation (chosen by ``fit`` when automatic)."""
 
     fit: AutoFit | None = None
+    sized_to_tasks = False
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
         return [Submit((v.name,), v.allocation) for v in stages]
@@ -399,6 +409,7 @@ class BigJob:
 
     name = "bigjob"
     fit = None
+    sized_to_tasks = False
 
     def allocations(self, stages: Sequence[StageView]) -> list[Submit]:
         names = tuple(v.name for v in stages)

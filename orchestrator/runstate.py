@@ -117,6 +117,8 @@ class StageRun:
     start_t: float | None = None
     end_t: float | None = None
     last_allocation: Resources | None = None
+    outgrown: bool = False
+    """Its next task waits for a worker larger than any there is (as of the last placement)."""
     causes: Counter[str] = field(default_factory=Counter)
     """Attempts that did not succeed, by kind of cause (lost, memory, disk, wall, failed)."""
     earlier: list[tuple[float, float | None]] = field(default_factory=list)
@@ -245,6 +247,8 @@ class RunState:
         self.expected_on: dict[Key, str] = {}
         """The pilot each of those attempts ran on, while it is awaited: until its worker
         comes back, or its end is known."""
+        self._planned_outgrown: dict[str, Resources | None] = {}
+        """The stages waiting for a larger worker as the last plan saw them."""
 
     @property
     def now(self) -> float:
@@ -440,6 +444,7 @@ class RunState:
         """What the planner decides now, and the release of every pilot whose stages are
         over and on which nothing runs; the planner's new notes are taken."""
         plan = self.planner.decide(self.now, self.stage_views(), self.pilot_views())
+        self._planned_outgrown = self._outgrown()
         for note in plan.notes:
             if note not in self._standing:
                 self.note(note)
@@ -451,6 +456,16 @@ class RunState:
             if p.pilot_id not in decided
         )
         return replace(plan, actions=plan.actions + over) if over else plan
+
+    def _outgrown(self) -> dict[str, Resources | None]:
+        """The stages whose next task waits for a larger worker, and its size."""
+        return {n: s.last_allocation for n, s in self.stages.items() if s.outgrown}
+
+    @property
+    def plan_again(self) -> bool:
+        """A placement since the last plan left a task waiting for a worker larger than any
+        there is, which that plan did not see: the planner brings one only once it does."""
+        return self._outgrown() != self._planned_outgrown
 
     def stage_views(self) -> dict[str, StageView]:
         """The stages as the planner sees them now (to be read before the state changes)."""
@@ -470,6 +485,7 @@ class RunState:
                 wanted,
                 self._task(s),
                 s.durations.mean or 0.0,
+                s.outgrown,
             )
             for name, s in self.stages.items()
         }
@@ -532,6 +548,7 @@ class RunState:
                 p.allocation,
                 self._ends(p),
                 p.submit_t,
+                max((w.capacity.memory for w in p.workers), default=None),
             )
             for p in self.pilots.values()
             if p.live and not p.released
@@ -718,6 +735,7 @@ class RunState:
             mean = stage.durations.mean
             ahead = mean is not None and mean < AHEAD_BELOW_S
             depth = math.ceil(AHEAD_S / mean) if ahead and mean > 0 else AHEAD_DEPTH
+            stage.outgrown = False
             while stage.queue:
                 task = stage.queue[0]
                 first = task.allocation is None and task.previous is None
@@ -747,14 +765,30 @@ class RunState:
                     try:
                         task.allocation = _fitted(task, largest)
                     except Unfittable as e:
-                        stage.queue.popleft()
-                        self._fail(stage, task, unfittable(e))
+                        try:
+                            task.allocation = self._grown(task, largest, e)
+                        except Unfittable as beyond:
+                            stage.queue.popleft()
+                            self._fail(stage, task, unfittable(beyond))
+                            break
+                        stage.last_allocation = task.allocation  # the size its pilots grow to
+                        stage.outgrown = True
                         break
                     continue
                 stage.queue.popleft()
                 self.sent_ahead |= slot.holds_ahead
                 starts.append(Launch(slot.worker, self._start(stage, task, slot)))
         return starts
+
+    def _grown(self, task: TaskRun, largest: Resources, cut: Unfittable) -> Resources:
+        """``task``'s allocation for a worker larger than any there is (``largest``), which
+        it was killed at all of (``cut``): where the planner sizes pilots to their tasks, one
+        of its stage's share of a node's cores and memory (a pilot asks for no disk: its
+        workers have their node's, as ``largest`` does); else Unfittable (``cut``)."""
+        own = task.features.worker
+        if not self.planner.sized_to_tasks or own is None:
+            raise cut
+        return _fitted(task, Resources(own.cores, own.memory, largest.disk))
 
     def _own_workers(self, stage: StageRun) -> bool:
         """The stage's own pilot runs and its workers have joined."""

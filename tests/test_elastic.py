@@ -172,6 +172,41 @@ def test_a_unit_too_small_for_the_tasks_left_goes_and_is_not_counted():
     assert [s.allocation.memory_mb for s in of(Submit, plan)] == [6000]
 
 
+def test_units_learn_what_the_scheduler_s_default_memory_gives_and_ask_beyond_it():
+    """NODE's share of a core is 4,571 MB; a cluster whose default gives a core 1,000 MB
+    (Slurm's DefMemPerCPU) left units of that much under tasks of 3,000: too small, though
+    the planner took them for a node's share, so none was released and none asked for more."""
+    stages = {
+        n: replace(v, task=Resources(cores=1, memory=3000))
+        for n, v in chain((WIDE, Phase.RUNNING, 2, None)).items()
+    }
+    elastic = planner(wait=0.0, unit="task")
+    assert of(Submit, elastic.decide(0.0, stages, []))[0].allocation.memory_mb is None
+    seen = [replace(unit("u0", 1), memory=1000.0), replace(unit("u1", 1, busy=True), memory=1000.0)]
+    plan = elastic.decide(100.0, stages, seen)
+    (release,) = of(Release, plan)
+    assert release.pilot_id == "u0" and "too small" in release.why
+    assert [s.allocation.memory_mb for s in of(Submit, plan)] == [3000]
+
+
+def test_an_idle_unit_too_small_for_a_task_waiting_goes_though_a_later_stage_s_tasks_fit():
+    """A task grown past every unit waits for one sized to it: a small idle unit kept for the
+    next stage's small tasks counted as the width it needed, and none came (the demo's
+    simulate stage waited an hour, until its units' time limit)."""
+    stages = chain((WIDE, Phase.RUNNING, 2, None), (WIDE, Phase.WAITING, 2, None))
+    grown = Resources(cores=1, memory=6000)
+    stages["s0"] = replace(stages["s0"], task=grown, outgrown=True)
+    stages["s1"] = replace(stages["s1"], task=Resources(cores=1, memory=1000))
+    small = replace(WIDE, memory_mb=4000)
+    held = [unit("u0", 1, allocation=small), unit("u1", 1, busy=True, allocation=small)]
+    plan = planner(wait=0.0, unit="task").decide(100.0, stages, held)
+    (release,) = of(Release, plan)
+    assert release.pilot_id == "u0" and release.why == "too small for the tasks waiting: released"
+    assert [s.allocation.memory_mb for s in of(Submit, plan)] == [6000]
+    waiting = {"s0": replace(stages["s0"], outgrown=False), "s1": stages["s1"]}
+    assert of(Release, planner(wait=0.0, unit="task").decide(100.0, waiting, held)) == []
+
+
 def test_no_request_for_width_already_held():
     stages = chain((WIDE, Phase.RUNNING, 28, 1000.0), (WIDE, Phase.WAITING, 28, None))
     held = [unit("u0", 1), unit("u1", 27, busy=True)]

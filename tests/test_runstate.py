@@ -1,8 +1,9 @@
 """The run's state driven event by event, with no loop, backend or clock: what each event
 changes and what it asks of the world outside."""
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nodes import NODE, Node
@@ -13,9 +14,9 @@ from learners.sizing import DEFAULT_SIZER, make_sizer
 from learners.sizing.base import Exhaustion, TaskFeatures
 from learners.sizing.composite import PROBES
 from orchestrator import runstate
-from orchestrator.agent.attempt import AttemptResult, Outcome
+from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
 from orchestrator.events import AttemptEnded, JobChanged, Tick, WorkerJoined, WorkerLost
-from orchestrator.planner import Cancel, Phase, Release, Submit, make_planner
+from orchestrator.planner import Cancel, PerStage, Phase, Planner, Release, Submit, make_planner
 from orchestrator.pool import AHEAD_DEPTH, Pool
 from orchestrator.recorder import Recorder, request_json
 from orchestrator.runs import RunState as Status
@@ -71,8 +72,15 @@ class Rows:
         return SavedRun(run, *map(rows, ("stages", "tasks", "attempts")), kept, [])
 
 
-def new_state(text: str) -> tuple[RunState, Rows]:
-    """A run of ``text`` that started when the loop's clock read 100."""
+def new_state(
+    text: str,
+    planner: Planner | None = None,
+    worker: Resources | None = None,
+    share: dict[str, float] | None = None,
+) -> tuple[RunState, Rows]:
+    """A run of ``text`` that started when the loop's clock read 100 (``worker`` and ``share``:
+    the largest worker a stage's pilot brings and a task's share of it, as its tasks'
+    features say)."""
     workflow = loads(text)
     rows = Rows()
     recorder = Recorder(rows, "r1", simulated=True)  # type: ignore[arg-type]
@@ -80,13 +88,15 @@ def new_state(text: str) -> tuple[RunState, Rows]:
         workflow,
         "r1",
         recorder,
-        planner=make_planner("per-stage"),
-        sizer=make_sizer(DEFAULT_SIZER, worker=NODE),
+        planner=planner or make_planner("per-stage"),
+        sizer=make_sizer(DEFAULT_SIZER, worker=worker or NODE),
         pool=Pool(),
         learner=None,
         workdir=Path("/nonexistent/work"),
         run_dir=Path("/nonexistent/work/.leadtime/r1"),
-        features=lambda t: TaskFeatures(t.category, declared=t.declared),
+        features=lambda t: TaskFeatures(
+            t.category, declared=t.declared, worker=worker, share=share or {}
+        ),
     )
     state.apply(Tick(100.0))
     state.t0 = 100.0
@@ -597,29 +607,93 @@ def test_a_task_cut_on_whole_pilots_shorter_than_its_stage_may_get_fails_at_max_
     )
 
 
-def test_a_task_killed_at_all_its_smaller_workers_have_fails_saying_what_to_raise():
-    """The workers that came are smaller than the sizer's guess (4 GB): a task killed at the
-    whole 1 GB one has cannot be cut down to fit it again; the run says so in a user's terms
-    (it printed the raw allocation)."""
-    text = TWO_STAGES.replace('memory = "100M", disk = "10M" }', 'disk = "10M" }', 1)
-    state, _ = new_state(text)
+def one_worker(text: str, capacity: Resources, *args: Any, **kwargs: Any) -> RunState:
+    """A run of ``text`` (:func:`new_state` of it with ``args`` and ``kwargs``) whose stage
+    a's pilot started, with one worker of ``capacity``."""
+    state, _ = new_state(text, *args, **kwargs)
     state.start()
     started_pilot(state, "a", "7")
-    small = Resources(cores=2, memory=1000, disk=4000)
-    state.apply(WorkerJoined(Node("n1", "7", capacity=small)))
+    state.apply(WorkerJoined(Node("n1", "7", capacity=capacity)))
+    return state
+
+
+def killed_at(state: RunState, resource: str, amount: float) -> AttemptSpec:
+    """The first task placed, killed for ``resource`` at ``amount``."""
     first, *_ = state.place()
     spec = first.spec
-    killed = AttemptResult(
-        spec.task_id,
-        spec.attempt,
-        Outcome.EXHAUSTED,
-        Resources(cores=1, memory=1000, disk=1, wall=1),
-        exhaustion=Exhaustion("memory", 1000.0),
+    used = Resources(cores=1, memory=50, disk=1, wall=1).with_(resource, amount)
+    result = AttemptResult(
+        spec.task_id, spec.attempt, Outcome.EXHAUSTED, used, exhaustion=Exhaustion(resource, amount)
     )
-    state.apply(AttemptEnded(first.worker, spec, killed))
+    state.apply(AttemptEnded(first.worker, spec, result))
+    return spec
+
+
+@dataclass
+class SizedToTasks(PerStage):
+    """A stage's pilot as per-stage submits it, taken as sized to the tasks it holds (as
+    elastic's units are): the run's state waits for one that holds a grown task."""
+
+    sized_to_tasks = True
+
+
+def test_a_task_grown_beyond_the_workers_there_are_waits_for_a_pilot_sized_to_it():
+    """Where pilots are sized to their tasks, a task killed at all of its 1 GB worker is not
+    cut down to it nor failed: it waits, and its stage's tasks now take its new size (what the
+    planner sizes the next pilots by), up to its stage's share of a node (4 GB)."""
+    text = TWO_STAGES.replace('memory = "100M", disk = "10M" }', 'disk = "10M" }', 1)
+    own, share = Resources(cores=2, memory=4000, disk=4000), {"cores": 1.0, "memory": 500.0}
+    state = one_worker(text, Resources(2, 1000, 4000), SizedToTasks(), own, share)
+    spec = killed_at(state, "memory", 1000.0)
+    assert state.place() == []
+    assert state.status is Status.RUNNING
+    grown = state.stages["a"].last_allocation
+    assert grown is not None and 1000 < grown.memory <= 4000
+    assert state.stages["a"].outgrown and state.stage_views()["a"].outgrown  # the planner is told
+    assert state.plan_again  # at once: in virtual time no other event may come for an hour
+    state.plan()
+    assert not state.plan_again
+    assert state.place() == [] and not state.plan_again  # seen: no pass after pass
+    assert state.task(spec.task_id).allocation == grown
+    # A worker that holds it comes: the task runs there.
+    state.apply(WorkerJoined(Node("n2", "7", capacity=Resources(2, 4000, 4000))))
+    (again,) = [launch for launch in state.place() if launch.spec.task_id == spec.task_id]
+    assert again.worker.id == "n2" and again.spec.allocation == grown
+    assert not state.stages["a"].outgrown
+
+
+@pytest.mark.parametrize(
+    ("planner", "worker", "largest"),
+    [(None, Resources(2, 1000, 4000), "1 GB"), (SizedToTasks(), Resources(2, 4000, 4000), "4 GB")],
+    ids=["per-stage", "sized to tasks"],
+)
+def test_a_task_killed_at_all_the_largest_worker_it_may_get_has_fails_saying_what_to_raise(
+    planner, worker, largest
+):
+    """The workers that came are smaller than the sizer's guess (4 GB): a task killed at the
+    whole 1 GB one has cannot be cut down to fit it again; where pilots are sized to their
+    tasks, at all of its stage's share of a node (4 GB). The run says so in a user's terms
+    (it printed the raw allocation)."""
+    text = TWO_STAGES.replace('memory = "100M", disk = "10M" }', 'disk = "10M" }', 1)
+    own = worker if planner else None
+    state = one_worker(text, worker, planner, own)
+    spec = killed_at(state, "memory", worker.memory)
     state.place()
     assert state.status is Status.FAILED
     assert state.error == (
-        f"task {spec.task_id}: needs more memory than a whole worker has, 1 GB (it reached "
-        "1 GB): give its stage's allocation more memory"
+        f"task {spec.task_id}: needs more memory than a whole worker has, {largest} (it "
+        f"reached {largest}): give its stage's allocation more memory"
     )
+
+
+def test_a_task_grown_beyond_the_disk_of_every_worker_fails_as_no_pilot_asks_for_disk():
+    """A pilot asks for cores and memory, never disk (its workers have their node's): a task
+    killed at all of its worker's disk would wait for ever for a larger one."""
+    text = TWO_STAGES.replace('memory = "100M", disk = "10M" }', 'memory = "100M" }', 1)
+    own = Resources(cores=2, memory=4000, disk=8000)
+    state = one_worker(text, Resources(2, 4000, 4000), SizedToTasks(), own)
+    spec = killed_at(state, "disk", 4000.0)
+    assert spec.allocation.disk == 4000  # cut to the worker there is
+    state.place()
+    assert state.status is Status.FAILED
+    assert "needs more disk than a whole worker has, 4 GB" in (state.error or "")
