@@ -763,14 +763,12 @@ class RunState:
                     if task.allocation.fits_in(largest):
                         break
                     try:
-                        task.allocation = _fitted(task, largest)
+                        task.allocation, waits = self._refitted(task, largest)
                     except Unfittable as e:
-                        try:
-                            task.allocation = self._grown(task, largest, e)
-                        except Unfittable as beyond:
-                            stage.queue.popleft()
-                            self._fail(stage, task, unfittable(beyond))
-                            break
+                        stage.queue.popleft()
+                        self._fail(stage, task, unfittable(e))
+                        break
+                    if waits:
                         stage.last_allocation = task.allocation  # the size its pilots grow to
                         stage.outgrown = True
                         break
@@ -780,15 +778,19 @@ class RunState:
                 starts.append(Launch(slot.worker, self._start(stage, task, slot)))
         return starts
 
-    def _grown(self, task: TaskRun, largest: Resources, cut: Unfittable) -> Resources:
-        """``task``'s allocation for a worker larger than any there is (``largest``), which
-        it was killed at all of (``cut``): where the planner sizes pilots to their tasks, one
-        of its stage's share of a node's cores and memory (a pilot asks for no disk: its
-        workers have their node's, as ``largest`` does); else Unfittable (``cut``)."""
-        own = task.features.worker
-        if not self.planner.sized_to_tasks or own is None:
-            raise cut
-        return _fitted(task, Resources(own.cores, own.memory, largest.disk))
+    def _refitted(self, task: TaskRun, largest: Resources) -> tuple[Resources, bool]:
+        """``task``'s allocation cut to ``largest``, the largest worker there is; where it was
+        killed at all of that and the planner sizes pilots to their tasks, for a worker to
+        come of its stage's share of a node's cores and memory (a pilot asks for no disk: its
+        workers have their node's, as ``largest`` does), and True: it waits for one.
+        Unfittable where neither holds what it is known to need."""
+        try:
+            return _fitted(task, largest), False
+        except Unfittable:
+            own = task.features.worker
+            if not self.planner.sized_to_tasks or own is None:
+                raise
+            return _fitted(task, Resources(own.cores, own.memory, largest.disk)), True
 
     def _own_workers(self, stage: StageRun) -> bool:
         """The stage's own pilot runs and its workers have joined."""
