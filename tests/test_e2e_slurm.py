@@ -566,6 +566,40 @@ def test_three_stages_pass_files_through_the_working_directory(tmp_path, cluster
     assert cluster.queued() == []
 
 
+def test_tasks_run_srun_side_by_side_each_a_step_of_its_share(tmp_path, cluster):
+    """A task's own srun starts a step in its pilot. It waited for the CPUs and memory the
+    worker's step holds (the task hung until the pilot's time limit), and it took that step's
+    shape (one task per node). Two tasks of 2 cores each run `srun`: each a step of 2 ranks
+    by default, as in a job of its own, both at once, not one after the other."""
+    workflow = loads(
+        textwrap.dedent(
+            """
+            name = "srun"
+            [[stage]]
+            name = "mpi"
+            allocation = { cores = 4, time = "5m" }
+            [stage.tasks]
+            command = "srun bash -c 'echo $SLURM_PROCID; sleep 3' > out/ranks{index}.txt"
+            count = 2
+            cores = 2
+            memory = "200M"
+            outputs = ["out/ranks{index}.txt"]
+            """
+        ),
+        source=tmp_path / "wf.toml",
+    )
+
+    summary, rows = run_on_slurm(workflow, tmp_path, cluster)
+    assert summary.status == "done", summary.error
+    for index in range(2):
+        assert sorted((tmp_path / "out" / f"ranks{index}.txt").read_text().split()) == ["0", "1"]
+    attempts = rows["attempts"]
+    assert [a["outcome"] for a in attempts] == ["success", "success"]
+    assert max(a["start_t"] for a in attempts) < min(a["end_t"] for a in attempts)
+    assert all(a["end_t"] - a["start_t"] < 5.5 for a in attempts)  # one after the other: 6 s
+    assert cluster.queued() == []
+
+
 def test_a_first_stage_runs_side_by_side_on_nodes_whose_disk_slurm_does_not_know(tmp_path, cluster):
     """The local Slurm is not told its node's disk (TmpDisk 0), and the tasks declare none:
     each first task gets 1 GB of disk, not a share of a made-up disk size, so the stage's 8

@@ -180,6 +180,7 @@ def test_script_starts_one_whole_node_worker_per_node(tmp_path):
         "--ntasks=3",
         "--ntasks-per-node=1",
         "--whole",
+        "--overlap",
         "worker",
         "--manager",
         "h:1",

@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from strangers import intrude
@@ -163,6 +164,48 @@ async def test_environment_and_sandbox(tmp_path):
     assert env["LEADTIME_WORKDIR"] == env["cwd"] == str(sandbox)  # no working directory given
     assert env["KEEP_ME"] == "yes"
     assert protocol.SECRET_ENV not in env
+
+
+async def task_environment(root: Path, environ: dict[str, str], allocation: Resources) -> dict:
+    """The environment a task of ``allocation`` gets from a worker whose own is ``environ``."""
+    runner = Runner(RunnerConfig(root=root, keep_sandboxes="always"), Monitor(FAST), environ)
+    task = AttemptSpec("t", 1, "env", allocation)
+    assert (await runner.run(task)).outcome is Outcome.SUCCESS
+    lines = (runner.sandbox(task) / STDOUT).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+async def test_a_tasks_own_srun_gets_the_tasks_share_in_a_slurm_job(tmp_path):
+    """A worker's step (one task per node, holding each node's CPUs) hands its tasks srun
+    variables of its shape and the job's memory per CPU: a task's `srun -n 2` would be told
+    one task per node, 16 CPUs a task, and two kinds of memory (which srun refuses). In a Slurm
+    job a task gets its own share instead, its step overlapping the others; elsewhere nothing."""
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    pilot = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_NTASKS": "2",
+        "SLURM_NPROCS": "2",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_CPUS_PER_TASK": "16",
+        "SLURM_MEM_PER_CPU": "1000",
+        "SLURM_MEM_PER_GPU": "100",
+    }
+    env = await task_environment(tmp_path / "in", plain | pilot, Resources(2.5, 3000.7, 40))
+    assert {k: v for k, v in env.items() if k.startswith("SLURM_")} == {
+        "SLURM_JOB_ID": "7",
+        "SLURM_OVERLAP": "1",
+        "SLURM_NTASKS": "3",
+        "SLURM_NPROCS": "3",
+        "SLURM_NTASKS_PER_NODE": "3",
+        "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_MEM_PER_NODE": "3000",
+    }
+    outside = await task_environment(tmp_path / "out", plain, Resources(2.5, 3000.7, 40))
+    assert not [k for k in outside if k.startswith("SLURM_")]
 
 
 async def test_a_python_without_posix_spawn_sessions_starts_tasks_with_subprocess(

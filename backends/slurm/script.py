@@ -1,11 +1,14 @@
 """What a pilot is to Slurm: sbatch options, the batch script, and sbatch's rejections.
 
 The batch script starts one worker per allocated node with ``srun --ntasks-per-node=1
---whole``: ``--whole`` gives that one task every CPU and all memory the job holds on its
-node, however unevenly ``--ntasks`` placement spread the cores. A worker learns its share
-from the environment srun gives it (``orchestrator.agent.worker.node_share_from_env``), its
-pilot's job id from ``SLURM_JOB_ID``, and its end time from ``SLURM_JOB_END_TIME``, which the
-script sets from squeue where Slurm does not (before 23.02).
+--whole --overlap``: ``--whole`` gives that one task every CPU and all memory the job holds on
+its node, however unevenly ``--ntasks`` placement spread the cores; ``--overlap`` lets a
+task's own ``srun`` start a step beside it (without it, that step waits for CPUs and memory
+the worker's step never gives back: the task hangs until the pilot's time limit). A worker
+learns its share from the environment srun gives it
+(``orchestrator.agent.worker.node_share_from_env``), its pilot's job id from
+``SLURM_JOB_ID``, and its end time from ``SLURM_JOB_END_TIME``, which the script sets from
+squeue where Slurm does not (before 23.02).
 
 A release signals the workers with SIGTERM (``scancel --signal=TERM``, which by default
 spares the batch shell). A worker stops and exits 0; one that dies of the signal before it
@@ -36,7 +39,7 @@ if [ -z "${{SLURM_JOB_END_TIME:-}}" ]; then
     fi
 fi
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" \\
-    --ntasks-per-node=1 --whole {command}
+    --ntasks-per-node=1 --whole --overlap {command}
 status=$?
 # 143 = a worker killed by the release's SIGTERM before it could handle it: still a release.
 if [ "$status" -eq 143 ]; then exit 0; fi

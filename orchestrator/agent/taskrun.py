@@ -157,8 +157,11 @@ class Runner:
         self.config = config
         self.monitor = monitor
         self.cgroups = cgroups
+        self._in_slurm_job = "SLURM_JOB_ID" in environ
+        """Tasks get their own defaults for ``srun`` (:func:`srun_defaults`)."""
+        dropped = {SECRET_ENV, *(SRUN_MEMORY_PER_UNIT if self._in_slurm_job else ())}
         self._environ = {
-            os.fsencode(k): os.fsencode(v) for k, v in environ.items() if k != SECRET_ENV
+            os.fsencode(k): os.fsencode(v) for k, v in environ.items() if k not in dropped
         }
         self._shell = os.fsencode(config.shell)
         self._running: dict[tuple[str, int], _Running] = {}
@@ -344,6 +347,8 @@ class Runner:
             "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads,
         }
+        if self._in_slurm_job:
+            own |= srun_defaults(int(threads), a.memory)
         return {**self._environ, **{os.fsencode(k): os.fsencode(v) for k, v in own.items()}}
 
     def _exceeded(self, running: _Running, exhaustion: Exhaustion) -> None:
@@ -515,6 +520,37 @@ class Runner:
                 return False
             self._keep_budget -= size
             return True
+
+
+SRUN_MEMORY_PER_UNIT = ("SLURM_MEM_PER_CPU", "SLURM_MEM_PER_GPU")
+"""The job's memory per CPU or GPU, which ``srun`` would take with a task's memory per node
+(it refuses both at once): left out of a task's environment."""
+
+
+def srun_defaults(cores: int, memory_mb: float) -> dict[str, str]:
+    """The defaults an ``srun`` that a task runs takes from its environment (Slurm's input
+    variables), in a pilot: a step of the task's share on one node, as in a job of
+    ``--ntasks=cores --mem=memory`` of its own. The task would inherit the worker's step's,
+    one task per node of the pilot holding each node's CPUs: an ``srun -n 2`` would be told
+    one task per node and every node, or in a pilot of whole nodes 16 CPUs a task.
+
+    The step overlaps the others: the worker, not Slurm, shares the pilot out among
+    its tasks, and Slurm, which sees the worker's step hold every CPU and all memory, would
+    start the steps of tasks running side by side one after the other (on Slurm 22.05, a
+    second step of one CPU in a job of four waited for the first to end)."""
+    n = str(cores)
+    defaults = {
+        "SLURM_OVERLAP": "1",
+        "SLURM_NTASKS": n,
+        "SLURM_NPROCS": n,
+        "SLURM_NTASKS_PER_NODE": n,
+        "SLURM_CPUS_PER_TASK": "1",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_NUM_NODES": "1",
+    }
+    if memory_mb >= 1:
+        defaults["SLURM_MEM_PER_NODE"] = str(math.floor(memory_mb))
+    return defaults
 
 
 def _plain(value: float) -> str:
