@@ -329,7 +329,8 @@ class Runner:
         """The attempt's environment, encoded as the kernel takes it (the worker's own is
         encoded once, not at every spawn)."""
         a = spec.allocation
-        threads = str(max(1, math.ceil(a.cores - 1e-9)))
+        cores = max(1, math.ceil(a.cores - 1e-9))  # whole CPUs, as the task is pinned to
+        threads = str(cores)
         scratch = str(sandbox)
         own = {
             "LEADTIME_TASK_ID": spec.task_id,
@@ -348,7 +349,7 @@ class Runner:
             "OPENBLAS_NUM_THREADS": threads,
         }
         if self._in_slurm_job:
-            own |= srun_defaults(int(threads), a.memory)
+            own |= srun_defaults(cores, a.memory)
         return {**self._environ, **{os.fsencode(k): os.fsencode(v) for k, v in own.items()}}
 
     def _exceeded(self, running: _Running, exhaustion: Exhaustion) -> None:
