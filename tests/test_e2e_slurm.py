@@ -600,6 +600,39 @@ def test_tasks_run_srun_side_by_side_each_a_step_of_its_share(tmp_path, cluster)
     assert cluster.queued() == []
 
 
+def test_an_srun_a_task_leaves_running_ends_its_step_with_the_task(tmp_path, cluster):
+    """An `srun` a task left running when it exited was killed outright, and its step ran on
+    until the pilot's end. It gets SIGTERM first now, and ends its step: a task of the next
+    stage, in the same pilot, sees no step but the worker's."""
+    workflow = loads(
+        textwrap.dedent(
+            """
+            name = "leftstep"
+            [[stage]]
+            name = "start"
+            allocation = { cores = 2, time = "5m" }
+            tasks = { command = "srun sleep 300 & sleep 3", cores = 1, memory = "200M" }
+            [[stage]]
+            name = "look"
+            allocation = { cores = 2, time = "5m" }
+            [stage.tasks]
+            command = "squeue --steps --jobs $SLURM_JOB_ID --noheader --format '%j' > steps.txt"
+            cores = 1
+            memory = "200M"
+            outputs = ["steps.txt"]
+            """
+        ),
+        source=tmp_path / "wf.toml",
+    )
+
+    summary, rows = run_on_slurm(workflow, tmp_path, cluster, strategy="bigjob")
+    assert summary.status == "done", summary.error
+    assert len({a["pilot_id"] for a in rows["attempts"]}) == 1
+    steps = (tmp_path / "steps.txt").read_text().split()
+    assert "sleep" not in steps and "batch" in steps, steps  # the pilot, without the step
+    assert cluster.queued() == []
+
+
 def test_a_first_stage_runs_side_by_side_on_nodes_whose_disk_slurm_does_not_know(tmp_path, cluster):
     """The local Slurm is not told its node's disk (TmpDisk 0), and the tasks declare none:
     each first task gets 1 GB of disk, not a share of a made-up disk size, so the stage's 8

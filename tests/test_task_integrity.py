@@ -1,6 +1,7 @@
 """Task integrity on one node: nothing outlives its attempt or its worker, declared outputs are
 there after a success and gone after anything else, and memory is the task's own."""
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -69,6 +70,50 @@ async def test_a_setsid_daemon_is_gone_when_its_attempt_ends(runner, tmp_path):
     result = await runner.run(AttemptSpec("d", 1, command, Resources(1, 200, 50)))
     assert result.outcome is Outcome.SUCCESS
     assert not alive(daemon_pid(pidfile))
+
+
+def trapping(mark: Path, sleep: int) -> str:
+    """A process left running that writes ``mark`` on SIGTERM and exits, its ``sleep`` with it."""
+    trap = f'trap "echo term > {mark}; exit 0" TERM'
+    return f"sh -c '{trap}; sleep {sleep} & wait' < /dev/null > /dev/null 2>&1 &"
+
+
+async def test_what_an_attempt_leaves_running_gets_sigterm_then_the_grace(runner, tmp_path):
+    """Left running when its task exits, a process gets SIGTERM and the grace to end, in the
+    task's group or a session of its own (an `srun` ends its step on it, and only on it); one
+    that ignores SIGTERM is killed after the grace."""
+    grouped, detached, deaf = tmp_path / "grouped", tmp_path / "detached", tmp_path / "deaf.pid"
+    command = (
+        f"{trapping(grouped, 301)} setsid {trapping(detached, 302)} "
+        f"sh -c 'trap \"\" TERM; echo $$ > {deaf}; exec sleep 303' < /dev/null > /dev/null 2>&1 & "
+        "sleep 0.5"
+    )
+    result = await runner.run(AttemptSpec("left", 1, command, Resources(1, 200, 50)))
+    assert result.outcome is Outcome.SUCCESS
+    assert grouped.read_text() == "term\n" and detached.read_text() == "term\n"
+    assert not alive(daemon_pid(deaf))
+    left = subprocess.run(["pgrep", "-f", "sleep 30[123]$"], capture_output=True, text=True)
+    assert left.stdout == ""
+
+
+async def test_a_cancelled_attempt_is_killed_and_reaped(runner, tmp_path):
+    pidfile = tmp_path / "leader.pid"
+    spec = AttemptSpec("c", 1, f"echo $$ > {pidfile}; exec sleep 304", Resources(1, 200, 50))
+    run = asyncio.ensure_future(runner.run(spec))
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.02)
+    leader = int(pidfile.read_text())
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    for _ in range(100):  # reaped, not left a zombie
+        if not Path(f"/proc/{leader}").exists():
+            break
+        await asyncio.sleep(0.02)
+    assert not Path(f"/proc/{leader}").exists()
+    assert runner.running == 0
 
 
 def hold(tmp_path: Path, mb: int) -> str:

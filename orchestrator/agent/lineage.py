@@ -170,6 +170,20 @@ class Lineage:
     def of_worker(self, token: str) -> list[int]:
         return [pid for pid, (_, _, worker) in self._seen.items() if worker == token]
 
+    def terminate(self, token: str, *, leaders: set[int] | None = None) -> list[int]:
+        """SIGTERM every process carrying the attempt ``token``, a warning before the
+        :meth:`sweep`: the pids signalled. ``leaders`` as for :meth:`sweep`: where we adopt
+        orphans, ``/proc`` is listed only if a child of ours carries the token."""
+        if self.adopting and leaders is not None and not self._left_below(token, leaders):
+            return []
+        self.scan()
+        signalled = []
+        for pid in self.of_attempt(token):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+                signalled.append(pid)
+        return signalled
+
     def sweep(self, token: str, *, worker: bool = False, leaders: set[int] | None = None) -> int:
         """Kill every process carrying the attempt (or worker) ``token``; how many were killed.
 

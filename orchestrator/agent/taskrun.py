@@ -9,13 +9,15 @@ moved to the run's directory, within a budget, where the node's scratch would ke
 its user and fill up); the head and tail of both streams go back in its result, whatever
 its outcome.
 The :class:`~orchestrator.agent.monitor.Monitor` watches it; when it breaks a limit the group
-gets SIGTERM, then SIGKILL after a grace. When it ends, whatever it started is killed, wherever
-it went (:mod:`orchestrator.agent.lineage`, and its cgroup where there is one), and its declared
-outputs are checked, or removed if it did not succeed (:mod:`orchestrator.agent.footprint`).
+gets SIGTERM, then SIGKILL after a grace. When it ends, what it left running gets the same
+(an ``srun`` ends its step on SIGTERM), wherever it went (:mod:`orchestrator.agent.lineage`,
+and its cgroup where there is one), and its declared outputs are checked, or removed if it
+did not succeed (:mod:`orchestrator.agent.footprint`).
 
 A child's exit is noticed through a pidfd (SIGCHLD on kernels before 5.3),
-with no thread per child, and before the child is reaped: whatever is left
-of its process group is killed while the group's id cannot yet be reused.
+with no thread per child, and the child is reaped only once what it left has had its
+grace: whatever is left of its process group is signalled while the group's id cannot yet
+be reused.
 ``wait4`` then gives the exact CPU time and peak RSS, which is all a task
 shorter than the first sample gets.
 """
@@ -31,6 +33,7 @@ import logging
 import math
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -131,7 +134,8 @@ def sandbox_name(task_id: str, attempt: int) -> str:
 class _Running:
     pid: int
     exited: asyncio.Future
-    """Done the moment the reaper has reaped it: its pid may then be reused."""
+    """Done the moment its leader exits; not reaped until :func:`_reap` (its pid and group
+    id are not reused meanwhile)."""
     token: str
     """Its attempt's token: every process it starts carries it."""
     exhaustion: Exhaustion | None = None
@@ -218,16 +222,22 @@ class Runner:
             token,
         )
         try:
-            status, rusage = await asyncio.shield(running.exited)
+            try:
+                await asyncio.shield(running.exited)
+            finally:
+                wall = clock.now() - start
+                self.monitor.unwatch(watch)
+            await self._wind_down(running)
         finally:
-            wall = clock.now() - start
-            self.monitor.unwatch(watch)
             del self._running[key]
             if running.kill_timer is not None:
                 running.kill_timer.cancel()
-            if not running.exited.done():  # we were cancelled: leave nothing behind
-                _signal_group(pid, signal.SIGKILL)
-            self._end(running, cgroup)
+            try:
+                reaped = _reap(running)
+            finally:
+                self._end(running, cgroup)
+        assert reaped is not None  # None: it had not exited, we were cancelled
+        status, rusage = reaped
         peak = watch.usage.finish(
             wall,
             cpu=rusage.ru_utime + rusage.ru_stime,
@@ -277,6 +287,16 @@ class Runner:
             self.stop(task_id, attempt, reason)
 
     # --- inside ---------------------------------------------------------------------------
+
+    async def _wind_down(self, running: _Running) -> None:
+        """The attempt's leader exited: what it left running gets SIGTERM and the grace to end
+        before it is killed, as Slurm treats a job's processes at its end (an ``srun`` left
+        running ends its step on SIGTERM; killed outright, its step would run on until the
+        pilot ends)."""
+        _signal_group(running.pid, signal.SIGTERM)  # not reaped: the group is still its own
+        left = self.monitor.lineage.terminate(running.token, leaders=_reaper().tracked)
+        if left:
+            await _until_gone(left, self.config.kill_grace_s)
 
     def _end(self, running: _Running, cgroup: Path | None) -> None:
         """The attempt's leader is gone: so is everything it started, wherever it went."""
@@ -671,16 +691,23 @@ def _last_lines(path: Path, lines: int, max_bytes: int = 8192) -> str:
 
 
 class _Reaper:
-    """Learns which task leaders exited, kills their leftovers and reaps them.
+    """Learns which task leaders exited, and reaps them.
 
     A pidfd per child (Linux >= 5.3) wakes the loop when that child exits;
     older kernels fall back to scanning our children on SIGCHLD. Neither
-    needs a thread per child.
+    needs a thread per child. A leader that exited stays a zombie until :meth:`reap`: its pid
+    and process group id cannot be taken by another process meanwhile, so what is left of its
+    group is still its own to signal.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._children: dict[int, asyncio.Future] = {}
+        self._waiting: dict[int, asyncio.Future] = {}
+        """Children not exited yet, and the future each exit resolves."""
+        self._exited: set[int] = set()
+        """Children exited, not reaped yet."""
+        self._abandoned: set[int] = set()
+        """Children nobody waits for: reaped as soon as they exit."""
         self._pidfds = _pidfd_works()
         if not self._pidfds:
             loop.add_signal_handler(signal.SIGCHLD, self._check_all)
@@ -690,55 +717,106 @@ class _Reaper:
 
     @property
     def tracked(self) -> set[int]:
-        """The children it waits for: leaders of attempts not yet reaped."""
-        return set(self._children)
+        """Leaders of attempts not yet reaped (our children, never an attempt's leftovers)."""
+        return self._waiting.keys() | self._exited
 
     def track(self, pid: int) -> asyncio.Future:
-        """A future of ``(wait status, rusage)`` for our child ``pid``."""
-        future = self._children[pid] = self._loop.create_future()
+        """A future done when our child ``pid`` exits (``ChildProcessError`` if someone else
+        reaped it); then :meth:`reap` it."""
+        future = self._waiting[pid] = self._loop.create_future()
         if self._pidfds:
             fd = os.pidfd_open(pid)
-            self._loop.add_reader(fd, self._exited, pid, fd)
+            self._loop.add_reader(fd, self._pidfd_readable, pid, fd)
         else:
             self._check(pid)
         return future
 
-    def _exited(self, pid: int, fd: int) -> None:
+    def reap(self, pid: int) -> tuple[int, resource.struct_rusage]:
+        """Kill what is left of exited ``pid``'s process group, and reap it: its wait status
+        and resource usage."""
+        self._exited.discard(pid)
+        _signal_group(pid, signal.SIGKILL)
+        _, status, rusage = os.wait4(pid, 0)
+        return status, rusage
+
+    def abandon(self, pid: int) -> None:
+        """Nobody waits for ``pid`` any more: reaped as soon as it exits."""
+        if pid in self._exited:
+            with contextlib.suppress(ChildProcessError):
+                self.reap(pid)
+        elif pid in self._waiting:
+            self._abandoned.add(pid)
+
+    def _pidfd_readable(self, pid: int, fd: int) -> None:
         self._loop.remove_reader(fd)
         os.close(fd)
-        self._reap(pid)
+        self._settle(pid)
 
     def _check_all(self) -> None:
-        for pid in list(self._children):
+        for pid in list(self._waiting):
             self._check(pid)
 
     def _check(self, pid: int) -> None:
         try:
             if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                self._reap(pid)
+                self._settle(pid)
         except ChildProcessError as e:  # someone else reaped it
-            self._settle(pid, exception=e)
+            self._settle(pid, e)
 
-    def _reap(self, pid: int) -> None:
-        # Exited but not reaped: its group id is still reserved, so kill the rest.
-        _signal_group(pid, signal.SIGKILL)
-        try:
-            _, status, rusage = os.wait4(pid, 0)
-        except ChildProcessError as e:
-            self._settle(pid, exception=e)
-        else:
-            self._settle(pid, result=(status, rusage))
-
-    def _settle(
-        self, pid: int, result: object = None, exception: BaseException | None = None
-    ) -> None:
-        future = self._children.pop(pid)
-        if future.done():
+    def _settle(self, pid: int, error: ChildProcessError | None = None) -> None:
+        future = self._waiting.pop(pid)
+        if error is None:
+            self._exited.add(pid)
+        if pid in self._abandoned:
+            self._abandoned.discard(pid)
+            self.abandon(pid)
+        elif future.done():
             return
-        if exception is not None:
-            future.set_exception(exception)
+        elif error is not None:
+            future.set_exception(error)
         else:
-            future.set_result(result)
+            future.set_result(None)
+
+
+def _reap(running: _Running) -> tuple[int, resource.struct_rusage] | None:
+    """Kill what is left of the attempt's process group and reap its leader: its wait status
+    and resource usage. None for a leader that has not exited (we were cancelled): it is
+    killed, and reaped when it exits."""
+    reaper = _reaper()
+    if not running.exited.done():
+        _signal_group(running.pid, signal.SIGKILL)
+        reaper.abandon(running.pid)
+        return None
+    running.exited.result()  # someone else reaped it: its ChildProcessError
+    return reaper.reap(running.pid)
+
+
+async def _until_gone(pids: list[int], timeout: float) -> None:
+    """Wait until the processes ``pids`` have exited, at most ``timeout`` s."""
+    loop = asyncio.get_running_loop()
+    exits: dict[int, asyncio.Future] = {}
+
+    def exited(fd: int) -> None:
+        loop.remove_reader(fd)
+        exits[fd].set_result(None)
+
+    try:
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue  # gone already
+            except (AttributeError, OSError):  # a kernel without pidfds: the whole grace
+                await clock.sleep(timeout)
+                return
+            exits[fd] = loop.create_future()
+            loop.add_reader(fd, exited, fd)
+        if exits:
+            await asyncio.wait(exits.values(), timeout=timeout)
+    finally:
+        for fd in exits:
+            loop.remove_reader(fd)
+            os.close(fd)
 
 
 def _has_exited(running: _Running) -> bool:
