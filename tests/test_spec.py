@@ -528,7 +528,8 @@ CORPUS = [
         items = ["p"]
         """),
     case("braces of awk", "stage.a.tasks.command",
-         "unknown placeholder {print $1}; known: {item}", """
+         "unknown placeholder {print $1} (braces of awk or the shell are written twice: {{ and }})",
+         """
         name = "wf"
         [[stage]]
         name = "a"

@@ -33,6 +33,11 @@ def test_placeholders_found():
         ("a {0}", "unknown placeholder {0}"),
         ("a {item.upper}", "unknown placeholder {item.upper}"),
         ("a {item[0]}", "unknown placeholder {item[0]}"),
+        (
+            "awk '{print $1}' x",
+            "{print $1} (braces of awk or the shell are written twice: {{ and }})",
+        ),
+        ("echo ${HOME}", "{HOME} (braces of awk or the shell are written twice: {{ and }})"),
         ("a {item!r}", "conversions are not supported"),
         ("a {index:{stage}}", "nested placeholders are not supported"),
         ("a {index:zz}", "bad format spec 'zz'"),

@@ -47,6 +47,8 @@ _EXAMPLE = {"index": 0, "stage": "s", "workdir": "/w", "rundir": "/w/.leadtime/r
 _EXAMPLE |= dict.fromkeys(ITEM, "x")
 _PATH_MAX = 4096
 """The longest a directory placeholder may be, as the command's length is bounded."""
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*|[0-9]*")
+"""What a placeholder's name looks like (``{}`` and ``{0}`` included), unlike code in braces."""
 _WHOLE = re.compile(r"[-+]?[0-9]{1,4000}")
 """A whole number as an item writes it (Python reads at most 4,300 digits as one)."""
 _SPEC = re.compile(
@@ -59,18 +61,22 @@ _SPEC = re.compile(
 def placeholders(template: str) -> frozenset[str]:
     """The placeholders ``template`` uses; ValueError if it is malformed or names unknown ones."""
     used = set()
-    for _, name, spec, conversion in _pieces(template):
+    for text, name, spec, conversion in _pieces(template):
         if name is None:
             continue
         if name not in PLACEHOLDERS:
             close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
-            hint = f" (did you mean {{{close[0]}}}?)" if close else ""
-            known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+            code = not close and (not _NAME.fullmatch(name) or text.endswith("$"))
+            if close:
+                hint = f" (did you mean {{{close[0]}}}?)"
+            elif code:  # awk's '{print $1}', the shell's ${HOME}
+                hint = " (braces of awk or the shell are written twice: {{ and }})"
+            else:
+                hint = ""
             shown = "{}" if name == "" else f"{{{_brief(name)}}}"
-            raise ValueError(
-                f"unknown placeholder {shown}{hint}; known: {known} "
-                "(write {{ for a literal brace)"
-            )
+            known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+            literal = "" if code else " (write {{ for a literal brace)"
+            raise ValueError(f"unknown placeholder {shown}{hint}; known: {known}{literal}")
         if conversion is not None:
             raise ValueError(f"{{{name}!{_brief(conversion)}}}: conversions are not supported")
         if "{" in (spec or ""):
