@@ -21,7 +21,9 @@ class LocalOptions(RemoteOptions):
     workers: ClassVar[Workers] = Workers.THIS_HOST
 
     oversubscribe: bool = option(
-        False, "Local: let a pilot ask for more cores than this machine has."
+        False,
+        "Local: let a pilot ask for more cores than this machine has (each of its workers, "
+        "`nodes`, still runs tasks on at most the machine's cores).",
     )
 
 
