@@ -173,6 +173,23 @@ def test_the_tasks_of_a_killed_worker_die_with_it(tmp_path):
     assert gone_soon(task_pid) and gone_soon(daemon)
 
 
+def test_the_tasks_of_a_killed_worker_get_sigterm_then_the_grace(tmp_path):
+    """SIGKILL of a worker: what its tasks run gets SIGTERM first (an `srun` ends its step on
+    it), and one that ignores it is killed after the grace."""
+    mark, deaf = tmp_path / "mark", tmp_path / "deaf.pid"
+    task = f"{trapping(mark, 305)} sh -c 'trap \"\" TERM; echo $$ > {deaf}; exec sleep 306' & wait"
+    worker = subprocess.Popen(
+        [PY, "-c", WORKER_TASKS, task], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    task_pid = int(worker.stdout.readline())
+    ignoring = daemon_pid(deaf)
+    time.sleep(0.3)  # the trap is set
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    assert gone_soon(task_pid) and gone_soon(ignoring)
+    assert mark.read_text() == "term\n"
+
+
 def test_a_sweep_spares_other_workers_processes(tmp_path):
     mine, theirs = lineage.new_token(), lineage.new_token()
     procs = {

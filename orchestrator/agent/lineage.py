@@ -18,8 +18,9 @@ carrying the attempt's token knows that nothing of it is left without listing ``
 few reads instead of hundreds on a busy node). :class:`Sentinel` covers the
 worker's own death: a small process forked before the worker runs anything, in a session of
 its own, which learns of the worker's end from a pipe the kernel closes however the worker
-died (SIGKILL included), then kills every process carrying the worker's token and removes
-the sandboxes the worker could not.
+died (SIGKILL included), then stops every process carrying the worker's token (SIGTERM, a
+second's grace, SIGKILL, as the worker stops what an attempt leaves) and removes the
+sandboxes the worker could not.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ _SWEEPS = 10
 """Rounds of a sweep: a process may fork while its siblings are killed."""
 _sentinels: set[int] = set()
 """The pids of this process's sentinels (:class:`Sentinel`): children that run no attempt."""
+SENTINEL_GRACE_MS = 1000
+"""Between the SIGTERM a dead worker's sentinel sends what its tasks left and the SIGKILL, as
+a worker gives an attempt's leftovers (an ``srun`` ends its step on SIGTERM)."""
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -170,15 +174,17 @@ class Lineage:
     def of_worker(self, token: str) -> list[int]:
         return [pid for pid, (_, _, worker) in self._seen.items() if worker == token]
 
-    def terminate(self, token: str, *, leaders: set[int] | None = None) -> list[int]:
-        """SIGTERM every process carrying the attempt ``token``, a warning before the
-        :meth:`sweep`: the pids signalled. ``leaders`` as for :meth:`sweep`: where we adopt
-        orphans, ``/proc`` is listed only if a child of ours carries the token."""
+    def terminate(
+        self, token: str, *, worker: bool = False, leaders: set[int] | None = None
+    ) -> list[int]:
+        """SIGTERM every process carrying the attempt (or worker) ``token``, a warning before
+        the :meth:`sweep`: the pids signalled. ``leaders`` as for :meth:`sweep`: where we adopt
+        orphans, ``/proc`` is listed only if a child of ours carries the attempt's token."""
         if self.adopting and leaders is not None and not self._left_below(token, leaders):
             return []
         self.scan()
         signalled = []
-        for pid in self.of_attempt(token):
+        for pid in self.of_worker(token) if worker else self.of_attempt(token):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
                 signalled.append(pid)
@@ -276,15 +282,18 @@ class Sentinel:
 
 
 def _watch(pipe: int, worker_token: str, scratch: Path | None) -> None:
-    """The sentinel's life: wait for the worker's end, sweep, remove what a worker killed
-    outright left on the node's scratch (its attempts' sandboxes), exit without cleanup."""
+    """The sentinel's life: wait for the worker's end; SIGTERM what its tasks left, wait the
+    grace, sweep; remove what a worker killed outright left on the node's scratch (its
+    attempts' sandboxes); exit without cleanup."""
     try:
         os.setsid()  # not in the worker's group: a kill of that group must not stop the sweep
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
         while os.read(pipe, 1):
             pass
-        Lineage().sweep(worker_token, worker=True)
+        lineage = Lineage()
+        _until_dead(lineage.terminate(worker_token, worker=True), within_ms=SENTINEL_GRACE_MS)
+        lineage.sweep(worker_token, worker=True)
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     finally:
