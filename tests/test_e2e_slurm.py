@@ -566,24 +566,41 @@ def test_three_stages_pass_files_through_the_working_directory(tmp_path, cluster
     assert cluster.queued() == []
 
 
-def test_tasks_run_srun_side_by_side_each_a_step_of_its_share(tmp_path, cluster):
+NO_MPIRUN = pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="no mpirun here (Debian: apt-get install openmpi-bin)"
+)
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        "srun bash -c 'echo $SLURM_PROCID; sleep 3'",
+        pytest.param(
+            "mpirun --allow-run-as-root -n 2 bash -c 'echo $OMPI_COMM_WORLD_RANK; sleep 3'",
+            marks=NO_MPIRUN,
+        ),
+    ],
+    ids=["srun", "mpirun"],
+)
+def test_tasks_run_srun_or_mpirun_side_by_side_each_on_its_share(tmp_path, cluster, launch):
     """A task's own srun starts a step in its pilot. It waited for the CPUs and memory the
     worker's step holds (the task hung until the pilot's time limit), and it took that step's
-    shape (one task per node). Two tasks of 2 cores each run `srun`: each a step of 2 ranks
-    by default, as in a job of its own, both at once, not one after the other."""
+    shape (one task per node); Open MPI's mpirun counted its slots from that shape too ("not
+    enough slots" for `-n 2` in a task of 2 cores). Two tasks of 2 cores each run 2 ranks, as
+    in a job of their own, both at once, not one after the other."""
     workflow = loads(
         textwrap.dedent(
-            """
-            name = "srun"
+            f"""
+            name = "ranks"
             [[stage]]
             name = "mpi"
-            allocation = { cores = 4, time = "5m" }
+            allocation = {{ cores = 4, time = "5m" }}
             [stage.tasks]
-            command = "srun bash -c 'echo $SLURM_PROCID; sleep 3' > out/ranks{index}.txt"
+            command = "{launch} > out/ranks{{index}}.txt"
             count = 2
             cores = 2
-            memory = "200M"
-            outputs = ["out/ranks{index}.txt"]
+            memory = "300M"
+            outputs = ["out/ranks{{index}}.txt"]
             """
         ),
         source=tmp_path / "wf.toml",

@@ -558,13 +558,18 @@ def srun_defaults(cores: int, memory_mb: float) -> dict[str, str]:
     The step overlaps the others: the worker, not Slurm, shares the pilot out among
     its tasks, and Slurm, which sees the worker's step hold every CPU and all memory, would
     start the steps of tasks running side by side one after the other (on Slurm 22.05, a
-    second step of one CPU in a job of four waited for the first to end)."""
+    second step of one CPU in a job of four waited for the first to end).
+
+    ``SLURM_TASKS_PER_NODE`` is where MPI launchers count their slots: with the worker's
+    step's, one a node, ``mpirun -n 2`` in a task of 2 cores found too few (Open MPI 4.1:
+    "There are not enough slots available")."""
     n = str(cores)
     defaults = {
         "SLURM_OVERLAP": "1",
         "SLURM_NTASKS": n,
         "SLURM_NPROCS": n,
         "SLURM_NTASKS_PER_NODE": n,
+        "SLURM_TASKS_PER_NODE": n,
         "SLURM_CPUS_PER_TASK": "1",
         "SLURM_NNODES": "1",
         "SLURM_JOB_NUM_NODES": "1",
