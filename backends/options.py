@@ -14,9 +14,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NewType, Protocol
 
 from backends.base import WorkerLaunch
+from workflows import quantity
+
+Seconds = NewType("Seconds", float)
+"""A duration in seconds. A field of this type is a flag that takes a duration as a workflow
+file writes one (``600``, ``10m``, ``1h30m``, ``0:10:00``: :func:`duration`), its ``parse``
+then checking the seconds."""
 
 
 class Workers(StrEnum):
@@ -94,6 +100,20 @@ def one_of(what: str, choices: Iterable[str]) -> Callable[[str], str]:
     return parse
 
 
+def duration(value: str) -> float:
+    """Seconds from a duration as a workflow file writes one: a number of seconds, with units
+    (``10m``, ``1h30m``) or in Slurm's clock forms (``0:10:00``, ``1-00:00:00``); not negative."""
+    try:
+        seconds = quantity.seconds(value)
+    except ValueError:
+        raise ValueError(
+            f"expected a duration such as 600 (seconds), 10m, 1h30m or 0:10:00, got {value!r}"
+        ) from None
+    if seconds < 0:
+        raise ValueError(f"{value!r} is negative")
+    return seconds
+
+
 def positive(value: float) -> float:
     """A parser that takes only numbers above zero."""
     if not value > 0:
@@ -122,11 +142,11 @@ class RemoteOptions:
     )
     """By default 127.0.0.1 for workers on this host, and this host's address as other nodes
     reach it (its name resolved) for a cluster's."""
-    manager_grace_s: float = option(
-        600.0,
+    manager_grace_s: Seconds = option(
+        Seconds(600.0),
         "{backends}: how long the run's workers wait for a manager that is gone "
         "(for `leadtime resume` to take them over) before they end, and their pilots "
-        "with them (s).",
+        "with them.",
         flag="--manager-grace",
         parse=positive,
     )

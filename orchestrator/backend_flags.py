@@ -21,7 +21,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from backends.options import BackendOptions, Flag, flag_of
+from backends.options import BackendOptions, Flag, Seconds, duration, flag_of
+from orchestrator import human
 
 Options = TypeVar("Options", bound=BackendOptions)
 
@@ -49,15 +50,18 @@ class BackendFlag:
     help: str
     panel: str | None = None
     """The help panel it is listed in: the backends that have its field."""
+    seconds: bool = False
+    """A duration (:data:`~backends.options.Seconds`): typed as text, shown as people read it."""
 
     def parameter(self) -> inspect.Parameter:
         kind = list[self.kind] if self.repeated else self.kind
         hint = kind | None if self.optional or self.repeated else kind
         decls = () if self.spec.flag is None else (self.spec.flag,)
-        info = typer.Option(
-            *decls, help=self.help, metavar=self.spec.metavar, rich_help_panel=self.panel
-        )
+        metavar = self.spec.metavar or ("DURATION" if self.seconds else None)
+        info = typer.Option(*decls, help=self.help, metavar=metavar, rich_help_panel=self.panel)
         default = None if self.repeated else self.default
+        if self.seconds and default is not None:  # shown; a flag left out keeps the field's
+            default = human.duration(default)
         return inspect.Parameter(
             self.field, inspect.Parameter.KEYWORD_ONLY, default=default,
             annotation=Annotated[hint, info],
@@ -67,10 +71,9 @@ class BackendFlag:
         """The field's value from what the user gave; ValueError naming the flag."""
         if self.repeated:
             return tuple(given)
-        if self.spec.parse is None:
-            return given
         try:
-            return self.spec.parse(given)
+            value = duration(given) if self.seconds else given
+            return value if self.spec.parse is None else self.spec.parse(value)
         except ValueError as e:
             raise ValueError(f"{self.flag}: {e}") from None
 
@@ -105,16 +108,20 @@ def backend_flags(
 
 
 def _flag(name: str, spec: Flag, hint: Any, default: Any) -> BackendFlag:
-    kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    union = typing.get_origin(hint) in (types.UnionType, typing.Union)
+    kinds = typing.get_args(hint) if union else (hint,)
     optional = type(None) in kinds
     (kind,) = (k for k in kinds if k is not type(None))
     repeated = typing.get_origin(kind) is tuple
     if repeated:
         kind = typing.get_args(kind)[0]
+    seconds = kind is Seconds
     if kind not in PLAIN:
         kind = str
     flag = spec.flag or f"--{name.replace('_', '-')}"
-    return BackendFlag(name, flag, spec, kind, repeated, optional, default, spec.help)
+    return BackendFlag(
+        name, flag, spec, kind, repeated, optional, default, spec.help, seconds=seconds
+    )
 
 
 def options(

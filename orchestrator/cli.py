@@ -19,7 +19,7 @@ from rich.text import Text
 
 from backends import clock
 from backends.base import BackendError, SubmitError
-from backends.options import Workers
+from backends.options import Workers, duration
 from backends.registry import BACKENDS, simulated
 from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
@@ -177,11 +177,14 @@ Share = Annotated[
         rich_help_panel=STRATEGY_PANEL,
     ),
 ]
+IDLE_CANCEL = human.duration(RunConfig.idle_cancel_s)
+"""``--idle-cancel``'s default, as the help shows it."""
 IdleCancel = Annotated[
-    float,
+    str,
     typer.Option(
         "--idle-cancel",
-        help="asa-naive: cancel and resubmit a pilot that would idle longer than this (s).",
+        help="asa-naive: cancel and resubmit a pilot that would idle longer than this.",
+        metavar="DURATION",
         rich_help_panel=STRATEGY_PANEL,
     ),
 ]
@@ -233,9 +236,14 @@ def _sizer(name: str | None) -> dict[str, str]:
     return {"sizer": name}
 
 
-def _idle_cancel(seconds: float) -> float:
-    if not seconds > 0:
-        fail(f"--idle-cancel {seconds:g}: expected a positive number of seconds")
+def _seconds(flag: str, text: str, *, positive: bool = False) -> float:
+    """A duration option's seconds (``10m``, ``1h30m``, ``0:10:00`` or seconds)."""
+    try:
+        seconds = duration(text)
+    except ValueError as e:
+        fail(f"{flag}: {e}")
+    if positive and not seconds > 0:
+        fail(f"{flag} {text}: expected a positive duration")
     return seconds
 
 
@@ -307,7 +315,7 @@ def run(
     learn_by: LearnBy = ALL_FIELDS,
     wait_estimate: WaitEstimate = "auto",
     share: Share = True,
-    idle_cancel: IdleCancel = 600.0,
+    idle_cancel: IdleCancel = IDLE_CANCEL,
     cost: Cost = DEFAULT_COST,
     unit: UnitOption = "task",
     workdir: Annotated[
@@ -350,7 +358,7 @@ def run(
         learn_by=_learn_by(learn_by),
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
-        idle_cancel_s=_idle_cancel(idle_cancel),
+        idle_cancel_s=_seconds("--idle-cancel", idle_cancel, positive=True),
         cost=_cost(cost),
         workdir=workdir,
         learner_scope=learner_scope,
@@ -944,10 +952,11 @@ def compare(
     learn_by: LearnBy = ALL_FIELDS,
     wait_estimate: WaitEstimate = "auto",
     gap: Annotated[
-        float, typer.Option(help="Seconds of trace between the cells of a run's sequence.")
-    ] = 3600.0,
+        str,
+        typer.Option(metavar="DURATION", help="Trace time between the cells of a run's sequence."),
+    ] = "1 h",
     share: Share = True,
-    idle_cancel: IdleCancel = 600.0,
+    idle_cancel: IdleCancel = IDLE_CANCEL,
     cost: Cost = DEFAULT_COST,
     unit: UnitOption = "task",
     seed: Seed = 0,
@@ -985,7 +994,7 @@ def compare(
         learn_by=_learn_by(learn_by),
         wait_estimate=_wait_estimate(wait_estimate),
         share=share,
-        idle_cancel_s=_idle_cancel(idle_cancel),
+        idle_cancel_s=_seconds("--idle-cancel", idle_cancel, positive=True),
         cost=_cost(cost),
         backend=mock,
         **_sizer(sizer),
@@ -1005,7 +1014,7 @@ def compare(
                 config,
                 store,
                 observer_for=(lambda *_: live_view(out)) if live else None,
-                gap_s=gap,
+                gap_s=_seconds("--gap", gap),
             )
 
     try:

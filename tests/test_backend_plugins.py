@@ -13,7 +13,7 @@ import pytest
 from backends import clock
 from backends.base import JobInfo, JobState, NodeShare, PilotRequest, ResumeRefused, SubmitError
 from backends.local import LocalOptions
-from backends.options import RunSite, Workers, option
+from backends.options import RunSite, Seconds, Workers, option
 from backends.registry import (
     BACKENDS,
     backend_options,
@@ -33,8 +33,9 @@ NODE_MB = 4096.0
 
 
 class Instant:
-    """A cluster with no queue: a pilot starts on one node the moment it is submitted (its
-    dependencies are not waited for) and ends at its time limit or its release."""
+    """A cluster with no queue: a pilot starts on one node ``start_after`` seconds after its
+    submission (its dependencies are not waited for) and ends at its time limit or its
+    release."""
 
     name = "instant"
     simulated = True
@@ -42,8 +43,9 @@ class Instant:
     true_wait = None
     node_count = 1
 
-    def __init__(self, cores: int) -> None:
+    def __init__(self, cores: int, start_after: float = 0.0) -> None:
         self.node = Resources(cores, cores * NODE_MB, 1e6)
+        self.start_after = start_after
         self._jobs: dict[str, JobInfo] = {}
         self._updates: asyncio.Queue[JobInfo] = asyncio.Queue()
 
@@ -59,12 +61,21 @@ class Instant:
     async def submit(self, request: PilotRequest) -> str:
         await self.check(request)
         now, job_id = clock.now(), str(len(self._jobs) + 1)
+        self._set(JobInfo(job_id, JobState.PENDING, "Resources", now, now, None))
+        asyncio.get_running_loop().call_at(now + self.start_after, self._start, job_id, request)
+        return job_id
+
+    def _start(self, job_id: str, request: PilotRequest) -> None:
+        info = self._jobs[job_id]
+        if info.state is not JobState.PENDING:  # cancelled first
+            return
+        now = clock.now()
         memory = request.memory_mb or request.cores * NODE_MB
         share = NodeShare("n0", request.cores, int(memory))
-        self._set(JobInfo(job_id, JobState.RUNNING, "", now, now, now, nodes=(share,)))
+        self._set(JobInfo(job_id, JobState.RUNNING, "", info.submit_time, info.eligible_time,
+                          now, nodes=(share,)))  # fmt: skip
         loop = asyncio.get_running_loop()
         loop.call_at(now + request.time_limit_s, self._end, job_id, JobState.TIMEOUT)
-        return job_id
 
     async def cancel(self, job_id: str) -> None:
         self._end(job_id, JobState.CANCELLED)
@@ -108,10 +119,13 @@ class InstantOptions:
     workers: ClassVar[Workers] = Workers.SIMULATED
 
     cores: int = option(28, "Instant: the cores of its one node.")
+    start_after: Seconds = option(
+        Seconds(0.0), "Instant: how long after its submission a pilot starts."
+    )
 
 
 def open_instant(options: InstantOptions, run: RunSite) -> Instant:
-    return Instant(options.cores)
+    return Instant(options.cores, options.start_after)
 
 
 @pytest.fixture
@@ -129,9 +143,9 @@ def test_a_registered_backend_runs_a_workflow(instant):
 
 
 def test_its_options_are_kept_in_a_run_s_record_and_read_back(instant):
-    config = RunConfig(strategy="per-stage", backend=instant(cores=14))
+    config = RunConfig(strategy="per-stage", backend=instant(cores=14, start_after=30.0))
     data = json.loads(json.dumps(config_json(config)))
-    assert data["backend"] == {"name": "instant", "cores": 14}
+    assert data["backend"] == {"name": "instant", "cores": 14, "start_after": 30.0}
     assert config_of(data) == config
 
 
@@ -172,6 +186,29 @@ def test_a_backend_s_flag_given_to_another_is_a_one_line_error(cli, args, messag
     assert done.exit_code == 2
     assert message in done.output
     assert "Traceback" not in done.output
+
+
+def test_a_duration_option_takes_a_duration_as_a_workflow_file_writes_one(instant, cli):
+    shown = " ".join(cli("run", "--help").output.replace("│", " ").split())
+    assert "--start-after DURATION Instant: how long after its submission a pilot starts." in shown
+    blast = str(example("blast"))
+    flags = ("--backend", "instant", "--strategy", "per-stage", "--json")
+    waits = {}
+    for given in ("2m", "120", "0:02:00"):
+        done = cli("run", blast, *flags, "--start-after", given)
+        assert done.exit_code == 0, done.output
+        waits[given] = json.loads(done.output)["pilots"]
+    assert {w["wait_s"] for w in waits["2m"]} == {120.0}
+    assert waits["2m"] == waits["120"] == waits["0:02:00"]
+    for bad, message in (
+        ("soon", "--start-after: expected a duration such as 600 (seconds), 10m, 1h30m or "
+                 "0:10:00, got 'soon'"),
+        ("-5m", "--start-after: '-5m' is negative"),
+    ):  # fmt: skip
+        done = cli("run", blast, *flags, "--start-after", bad)
+        assert done.exit_code == 2
+        assert message in " ".join(done.output.split())
+        assert "Traceback" not in done.output
 
 
 def test_its_options_are_flags_of_the_cli(instant, cli):

@@ -88,7 +88,14 @@ def test_compare_json_rows(cli):
     [
         (["--sizer", "ksegments+nope"], "--sizer: unknown companion 'nope' of 'ksegments'"),
         (["--sizer", "greedy+exhaust"], "'greedy' sizes every resource"),
-        (["--idle-cancel", "0"], "--idle-cancel 0: expected a positive number of seconds"),
+        (["--idle-cancel", "0"], "--idle-cancel 0: expected a positive duration"),
+        (
+            ["--idle-cancel", "5x"],
+            "--idle-cancel: expected a duration such as 600 (seconds), 10m, 1h30m or 0:10:00, "
+            "got '5x'",
+        ),
+        (["--backend", "local", "--manager-grace", "0"], "--manager-grace: 0 is not positive"),
+        (["--trace", "HPC2N", "--offset", "-5m"], "--offset: '-5m' is negative"),
         (["--strategy", "fastest"], "fastest"),
         (["--wait-estimate", "1.5"], "--wait-estimate 1.5"),
         (["--queue-model", "fifo"], "unknown queue model 'fifo'; choose one of easy, site"),
@@ -180,6 +187,18 @@ def test_the_queue_model_reaches_the_replay(cli, tmp_path):
         assert done.exit_code == 0, done.output
         waits[model] = json.loads(done.output)["twt_s"]
     assert waits["site"] != waits["easy"]
+
+
+def test_the_trace_offset_is_a_duration(cli, tmp_path):
+    """Given as people write durations, or in seconds: the same moment of the log."""
+    flags = ("--trace", "HPC2N", "--strategy", "per-stage", "--json")
+    runs = [
+        cli("run", BLAST, *flags, "--offset", offset, "--db", str(tmp_path / f"{i}.db"))
+        for i, offset in enumerate(("67500401", "781d 6h 6m 41s"))
+    ]
+    assert all(done.exit_code == 0 for done in runs), runs[-1].output
+    first, second = (json.loads(done.output) for done in runs)
+    assert first["twt_s"] == second["twt_s"] and first["makespan_s"] == second["makespan_s"]
 
 
 def test_the_command_line_collects_the_youngest_objects_less_often(monkeypatch):

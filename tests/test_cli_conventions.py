@@ -80,7 +80,7 @@ def test_run_help_shows_flags_bare_and_values_by_their_kind():
     share = next(line for line in text.splitlines() if "--share" in line)
     assert "--no-share" in share and "BOOL" not in share.upper().replace("BOOLEAN", "")
     assert re.search(r"--seed\s+INTEGER", text)
-    assert re.search(r"--idle-cancel\s+NUMBER", text)
+    assert re.search(r"--idle-cancel\s+DURATION", text)  # 10m, 1h30m, 0:10:00 or seconds
     assert re.search(r"--db\s+PATH", text)
 
 

@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, get_args
 
-from backends.options import RunSite, Workers, one_of, option, positive
+from backends.options import RunSite, Seconds, Workers, one_of, option, positive
 from backends.sim.backend import MockSlurm
 from backends.sim.simulator import Priority
 from backends.sim.site import QueueModel, SitePolicy
@@ -72,7 +72,9 @@ class MockOptions:
         parse=one_of("queue model", [m.value for m in QueueModel]),
     )
     """Synthetic load is always ``easy``."""
-    offset: float | None = option(None, "Mock trace offset in seconds from its start.")
+    offset: Seconds | None = option(
+        None, "Mock trace offset from its start (781d, or 67500401 seconds)."
+    )
     warmup: float | None = None
     cluster_scale: int = 1
     seed: int = 0
