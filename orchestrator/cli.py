@@ -47,6 +47,7 @@ from orchestrator.report import (
 )
 from orchestrator.runrecord import RunRecord
 from orchestrator.runstatus import run_status
+from orchestrator.runtrace import run_trace
 from orchestrator.session import (
     TAKEN_UP,
     ResumeError,
@@ -68,7 +69,7 @@ from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, POLICIES, cluster_of
 from workflows.sizing_bench import bench_sizing, format_sizing_table, sizing_rows
 from workflows.spec import SpecError, Workflow, example, load
-from workflows.traces import TraceError
+from workflows.traces import Trace, TraceError, load_trace
 
 app = App(
     no_args_is_help=True,
@@ -1050,7 +1051,19 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("sizing")
 def bench_sizing_command(
-    trace: Annotated[Path, typer.Option(help="A task trace (formats: docs/traces.md).")],
+    trace: Annotated[
+        Path | None, typer.Option(help="A task trace (formats: docs/traces.md).")
+    ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="Instead of a trace, a run of the store (`leadtime status` lists them): its "
+            "tasks that succeeded, with what they used, each submitted when its stage became "
+            "ready, their declared sizes as the user's request.",
+        ),
+    ] = None,
+    db: Db = None,
     sizer: Annotated[
         str,
         typer.Option(
@@ -1071,18 +1084,41 @@ def bench_sizing_command(
     ] = 0,
     json_: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
-    """Replay a trace's tasks through sizers on simulated workers: AWE, waste, retries."""
+    """Replay a trace's tasks, or a run's, through sizers on simulated workers: AWE, waste,
+    retries."""
+    if (trace is None) == (run_id is None):
+        fail("give a task trace (--trace FILE) or a run of the store (--run RUN), one of them")
     worker = Resources(worker_cores, worker_memory, worker_disk)
     try:
+        replayed, left_out = (load_trace(trace), 0) if trace else _run_trace(run_id, db)
         results = bench_sizing(
-            trace, _csv(sizer, "sizer"), workers=workers, worker=worker, seed=seed
+            replayed, _csv(sizer, "sizer"), workers=workers, worker=worker, seed=seed
         )
     except (TraceError, ValueError, OSError) as e:
         fail(str(e))
     if json_:
         out.print_json(json.dumps(sizing_rows(results)))
-    else:
-        out.print(format_sizing_table(results), highlight=False)
+        return
+    tasks = human.count(len(replayed.tasks), "task")
+    left = f" ({left_out:,} that did not succeed left out)" if left_out else ""
+    out.print(
+        f"{replayed.name}: {tasks}{left} on {human.count(workers, 'worker')} of "
+        f"{worker_cores:g} cores, {human.megabytes(worker_memory)} of memory and "
+        f"{human.megabytes(worker_disk)} of disk",
+        highlight=False,
+    )
+    out.print(format_sizing_table(results), highlight=False)
+
+
+def _run_trace(run_id: str, db: Path | None) -> tuple[Trace, int]:
+    """Run ``run_id``'s tasks as a trace, and how many of them it leaves out (none succeeded);
+    a note on stderr where their declared sizes are not known (the ``user`` baseline then
+    gives each a whole worker)."""
+    record = _record(run_id, db)
+    trace, unknown = run_trace(record)
+    if unknown:
+        err.print(f"note: declared sizes not known, {unknown}", highlight=False)
+    return trace, len(record.tasks) - len(trace.tasks)
 
 
 @app.command()
