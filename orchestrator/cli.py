@@ -67,6 +67,7 @@ from orchestrator.session import resume as resume_run
 from orchestrator.store import Store, StoreError, default_path
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, POLICIES, cluster_of
+from workflows.quantity import size_mb
 from workflows.sizing_bench import bench_sizing, format_sizing_table, sizing_rows
 from workflows.spec import SpecError, Workflow, example, load
 from workflows.traces import Trace, TraceError, load_trace
@@ -246,6 +247,17 @@ def _seconds(flag: str, text: str, *, positive: bool = False) -> float:
     if positive and not seconds > 0:
         fail(f"{flag} {text}: expected a positive duration")
     return seconds
+
+
+def _size(flag: str, text: str) -> float:
+    """A size option's MB (``64G``, ``500M``, ``1.5GiB`` or MB), positive."""
+    try:
+        mb = size_mb(text)
+    except ValueError:
+        fail(f"{flag}: expected a size such as 64G, 500M or 64000 (MB), got {text!r}")
+    if not mb > 0:
+        fail(f"{flag} {text}: expected a positive size")
+    return mb
 
 
 def _cost(seconds: float) -> float:
@@ -1073,8 +1085,12 @@ def bench_sizing_command(
     ] = f"{DEFAULT_SIZER},user",
     workers: Annotated[int, typer.Option(min=1, help="Simulated workers.")] = 20,
     worker_cores: Annotated[float, typer.Option(help="Cores per worker.")] = 16,
-    worker_memory: Annotated[float, typer.Option(help="Memory per worker, MB.")] = 64000,
-    worker_disk: Annotated[float, typer.Option(help="Disk per worker, MB.")] = 64000,
+    worker_memory: Annotated[
+        str, typer.Option(metavar="SIZE", help="Memory per worker: 64G, 500M, or MB.")
+    ] = "64G",
+    worker_disk: Annotated[
+        str, typer.Option(metavar="SIZE", help="Disk per worker: 64G, 500M, or MB.")
+    ] = "64G",
     seed: Annotated[
         int,
         typer.Option(
@@ -1088,7 +1104,10 @@ def bench_sizing_command(
     retries."""
     if (trace is None) == (run_id is None):
         fail("give a task trace (--trace FILE) or a run of the store (--run RUN), one of them")
-    worker = Resources(worker_cores, worker_memory, worker_disk)
+    memory, disk = _size("--worker-memory", worker_memory), _size("--worker-disk", worker_disk)
+    if not worker_cores > 0:
+        fail(f"--worker-cores {worker_cores:g}: expected a positive number of cores")
+    worker = Resources(worker_cores, memory, disk)
     try:
         replayed, left_out = (load_trace(trace), 0) if trace else _run_trace(run_id, db)
         results = bench_sizing(
@@ -1103,8 +1122,8 @@ def bench_sizing_command(
     left = f" ({left_out:,} that did not succeed left out)" if left_out else ""
     out.print(
         f"{replayed.name}: {tasks}{left} on {human.count(workers, 'worker')} of "
-        f"{worker_cores:g} cores, {human.megabytes(worker_memory)} of memory and "
-        f"{human.megabytes(worker_disk)} of disk",
+        f"{worker_cores:g} cores, {human.megabytes(memory)} of memory and "
+        f"{human.megabytes(disk)} of disk",
         highlight=False,
     )
     out.print(format_sizing_table(results), highlight=False)

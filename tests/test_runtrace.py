@@ -115,3 +115,21 @@ def test_the_command_wants_a_trace_or_a_run(cli, args, message):
     assert done.exit_code == 2
     assert message in " ".join(done.output.split())
     assert "Traceback" not in done.output
+
+
+def test_the_command_takes_worker_sizes_as_a_workflow_file_writes_them(cli):
+    ran = cli("run", str(example("blast")), "--strategy", "per-stage", "--json")
+    run_id = json.loads(ran.output)["run_id"]
+    sized = ("--worker-memory", "32G", "--worker-disk", "500000")
+    done = cli("bench", "sizing", "--run", run_id, "--sizer", "user", *sized)
+    assert done.exit_code == 0, done.output
+    assert "on 20 workers of 16 cores, 32 GB of memory and 500 GB of disk" in done.output
+    for args, message in (
+        (("--worker-memory", "lots"), "--worker-memory: expected a size such as 64G, 500M or "
+                                      "64000 (MB), got 'lots'"),
+        (("--worker-disk", "0"), "--worker-disk 0: expected a positive size"),
+        (("--worker-cores", "0"), "--worker-cores 0: expected a positive number of cores"),
+    ):  # fmt: skip
+        done = cli("bench", "sizing", "--run", run_id, *args)
+        assert done.exit_code == 2
+        assert message in " ".join(done.output.split())
