@@ -68,7 +68,13 @@ from orchestrator.store import Store, StoreError, default_path
 from orchestrator.summary import RunSummary
 from orchestrator.waits import DEFAULT_POLICY, POLICIES, cluster_of
 from workflows.quantity import size_mb
-from workflows.sizing_bench import bench_sizing, format_sizing_table, sizing_rows
+from workflows.sizing_bench import (
+    PAPER_WORKER,
+    bench_sizing,
+    format_sizing_table,
+    sizing_rows,
+    widened,
+)
 from workflows.spec import SpecError, Workflow, example, load
 from workflows.traces import Trace, TraceError, load_trace
 
@@ -1084,13 +1090,26 @@ def bench_sizing_command(
         ),
     ] = f"{DEFAULT_SIZER},user",
     workers: Annotated[int, typer.Option(min=1, help="Simulated workers.")] = 20,
-    worker_cores: Annotated[float, typer.Option(help="Cores per worker.")] = 16,
+    worker_cores: Annotated[
+        float | None,
+        typer.Option(help="Cores per worker (default: 16, doubled until the largest task fits)."),
+    ] = None,
     worker_memory: Annotated[
-        str, typer.Option(metavar="SIZE", help="Memory per worker: 64G, 500M, or MB.")
-    ] = "64G",
+        str | None,
+        typer.Option(
+            metavar="SIZE",
+            help="Memory per worker: 64G, 500M, or MB (default: 64G, doubled until the largest "
+            "task fits).",
+        ),
+    ] = None,
     worker_disk: Annotated[
-        str, typer.Option(metavar="SIZE", help="Disk per worker: 64G, 500M, or MB.")
-    ] = "64G",
+        str | None,
+        typer.Option(
+            metavar="SIZE",
+            help="Disk per worker: 64G, 500M, or MB (default: 64G, doubled until the largest "
+            "task fits).",
+        ),
+    ] = None,
     seed: Annotated[
         int,
         typer.Option(
@@ -1104,12 +1123,17 @@ def bench_sizing_command(
     retries."""
     if (trace is None) == (run_id is None):
         fail("give a task trace (--trace FILE) or a run of the store (--run RUN), one of them")
-    memory, disk = _size("--worker-memory", worker_memory), _size("--worker-disk", worker_disk)
-    if not worker_cores > 0:
+    given = {
+        "memory": None if worker_memory is None else _size("--worker-memory", worker_memory),
+        "disk": None if worker_disk is None else _size("--worker-disk", worker_disk),
+    }
+    if worker_cores is not None and not worker_cores > 0:
         fail(f"--worker-cores {worker_cores:g}: expected a positive number of cores")
-    worker = Resources(worker_cores, memory, disk)
+    given["cores"] = worker_cores
     try:
         replayed, left_out = (load_trace(trace), 0) if trace else _run_trace(run_id, db)
+        fitted = widened(PAPER_WORKER, replayed)  # what a size left unsaid defaults to
+        worker = Resources(**{r: given[r] or fitted[r] for r in ("cores", "memory", "disk")})
         results = bench_sizing(
             replayed, _csv(sizer, "sizer"), workers=workers, worker=worker, seed=seed
         )
@@ -1122,8 +1146,8 @@ def bench_sizing_command(
     left = f" ({left_out:,} that did not succeed left out)" if left_out else ""
     out.print(
         f"{replayed.name}: {tasks}{left} on {human.count(workers, 'worker')} of "
-        f"{worker_cores:g} cores, {human.megabytes(memory)} of memory and "
-        f"{human.megabytes(disk)} of disk",
+        f"{worker.cores:g} cores, {human.megabytes(worker.memory)} of memory and "
+        f"{human.megabytes(worker.disk)} of disk",
         highlight=False,
     )
     out.print(format_sizing_table(results), highlight=False)

@@ -133,3 +133,24 @@ def test_the_command_takes_worker_sizes_as_a_workflow_file_writes_them(cli):
         done = cli("bench", "sizing", "--run", run_id, *args)
         assert done.exit_code == 2
         assert message in " ".join(done.output.split())
+
+
+def test_a_worker_size_left_unsaid_grows_until_the_largest_task_fits(cli, tmp_path):
+    trace = tmp_path / "big.csv"
+    rows = [
+        "category,cores,memory,disk,cpu_time,wall_time",
+        "a,2,100000,10,20,10",
+        "a,1,500,10,5,5",
+    ]
+    trace.write_text("\n".join(rows) + "\n")
+    done = cli("bench", "sizing", "--trace", str(trace), "--sizer", "user")
+    assert done.exit_code == 0, done.output
+    assert "2 tasks on 20 workers of 16 cores, 128 GB of memory and 64 GB of disk" in done.output
+    given = cli(
+        "bench", "sizing", "--trace", str(trace), "--sizer", "user", "--worker-memory", "64G"
+    )
+    assert "of 16 cores, 64 GB of memory" in given.output  # as asked: the big task is unfit
+    unfit = json.loads(
+        cli("bench", "sizing", "--trace", str(trace), "--worker-memory", "64G", "--json").output
+    )
+    assert {r["unfit"] for r in unfit} == {1}
