@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -614,6 +615,64 @@ def test_tasks_run_srun_or_mpirun_side_by_side_each_on_its_share(tmp_path, clust
     assert [a["outcome"] for a in attempts] == ["success", "success"]
     assert max(a["start_t"] for a in attempts) < min(a["end_t"] for a in attempts)
     assert all(a["end_t"] - a["start_t"] < 5.5 for a in attempts)  # one after the other: 6 s
+    assert cluster.queued() == []
+
+
+def two_nodes() -> str:
+    """The address of this host's node as the local Slurm's second node reaches it (its
+    partition ``multi``), for a manager its workers on both nodes can reach."""
+    host = os.uname().nodename.split(".")[0]
+    nodes = dict(
+        line.split() for line in sh("sinfo", "-h", "-N", "-p", "multi", "-o", "%N %o").splitlines()
+    )
+    if len(nodes) < 2 or host not in nodes:
+        why = "the local Slurm has no second node (scripts/slurm-local up makes one in a "
+        why += "network namespace where this machine can)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return nodes[host]
+
+
+@NO_MPIRUN
+def test_a_tasks_srun_and_mpirun_stay_on_its_node_in_a_pilot_of_two_nodes(tmp_path, cluster):
+    """In a pilot of two nodes, a task on the second node that ran `srun` or `mpirun` started
+    its ranks on the first: srun placed the step on the job's first node, and Open MPI read
+    the pilot's node list. Every task's ranks now run on its own node, in its share of it."""
+    launches = "hostname; srun hostname; mpirun --allow-run-as-root hostname; srun -n1 -c2 hostname"
+    workflow = loads(
+        textwrap.dedent(
+            f"""
+            name = "twonodes"
+            [[stage]]
+            name = "ranks"
+            allocation = {{ cores = 8, nodes = 2, memory = "2G", time = "5m", partition = "multi" }}
+            [stage.tasks]
+            command = "sleep 3; ({launches}) > out/ranks{{index}}.txt 2>&1"
+            count = 4
+            cores = 2
+            memory = "300M"
+            outputs = ["out/ranks{{index}}.txt"]
+            """
+        ),
+        source=tmp_path / "wf.toml",
+    )
+    config = slurm_config(tmp_path, "per-stage")
+    config = replace(config, backend=replace(config.backend, bind=two_nodes()))
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            return await run(workflow, config, store, cluster)
+
+    summary, rows = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    nodes = set()
+    for index in range(4):
+        node, *ranks = (tmp_path / "out" / f"ranks{index}.txt").read_text().split()
+        assert ranks == [node] * 5, (index, ranks)  # srun's 2, mpirun's 2, then 1
+        nodes.add(node)
+    assert len(nodes) == 2, nodes  # the tasks ran on both nodes
+    assert len({a["pilot_id"] for a in rows["attempts"]}) == 1
     assert cluster.queued() == []
 
 

@@ -1,4 +1,4 @@
-"""SlurmBackend against the real single-node Slurm of ``scripts/slurm-local up``.
+"""SlurmBackend against the real Slurm of ``scripts/slurm-local up`` (its default partition).
 
 Every test names its jobs with a fresh prefix and cancels whatever carries it at the end,
 pass or fail. The node declares 16 CPUs; background jobs take all of them to make pilots wait.

@@ -166,22 +166,34 @@ async def test_environment_and_sandbox(tmp_path):
     assert protocol.SECRET_ENV not in env
 
 
-async def task_environment(root: Path, environ: dict[str, str], allocation: Resources) -> dict:
-    """The environment a task of ``allocation`` gets from a worker whose own is ``environ``."""
+async def task_environment(
+    root: Path, environ: dict[str, str], allocation: Resources, command: str = "env"
+) -> dict:
+    """The environment a task of ``allocation`` gets from a worker whose own is ``environ``
+    (what ``command`` prints, ``env`` by default); the worker's root is left as it ends."""
     runner = Runner(RunnerConfig(root=root, keep_sandboxes="always"), Monitor(FAST), environ)
-    task = AttemptSpec("t", 1, "env", allocation)
+    task = AttemptSpec("t", 1, command, allocation)
     assert (await runner.run(task)).outcome is Outcome.SUCCESS
     lines = (runner.sandbox(task) / STDOUT).read_text().splitlines()
+    shutil.rmtree(runner.sandbox(task))
+    await runner.settle()
     return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
 async def test_a_tasks_own_srun_gets_the_tasks_share_in_a_slurm_job(tmp_path):
     """A worker's step (one task per node, holding each node's CPUs) hands its tasks srun
     variables of its shape and the job's memory per CPU: a task's `srun -n 2` would be told
-    one task per node, 16 CPUs a task, and two kinds of memory (which srun refuses). In a Slurm
-    job a task gets its own share instead, its step overlapping the others; elsewhere nothing."""
-    plain = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    one task per node, 16 CPUs a task, and two kinds of memory (which srun refuses), and
+    MPI launchers the pilot's nodes. In a Slurm job a task gets its own share of its own node
+    instead, its step overlapping the others (srun's node from a host file, removed with the
+    worker, in a pilot of several nodes); elsewhere nothing."""
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     pilot = {
+        "SLURMD_NODENAME": "n2",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_NODELIST": "n[1-2]",
+        "SLURM_JOB_CPUS_PER_NODE": "16(x2)",
+        "SLURM_CPUS_ON_NODE": "16",
         "SLURM_JOB_ID": "7",
         "SLURM_NTASKS": "2",
         "SLURM_NPROCS": "2",
@@ -193,8 +205,19 @@ async def test_a_tasks_own_srun_gets_the_tasks_share_in_a_slurm_job(tmp_path):
         "SLURM_MEM_PER_CPU": "1000",
         "SLURM_MEM_PER_GPU": "100",
     }
-    env = await task_environment(tmp_path / "in", plain | pilot, Resources(2.5, 3000.7, 40))
-    assert {k: v for k, v in env.items() if k.startswith("SLURM_")} == {
+    root = tmp_path / "in"
+    show = 'env; echo "hosts=$(cat "$SLURM_HOSTFILE" | tr "\\n" " ")"'
+    env = await task_environment(root, plain | pilot, Resources(2.5, 3000.7, 40), show)
+    hostfile = str(root / ".slurm-hosts-3")
+    assert env.pop("hosts") == "n2 n2 n2 "  # once a core: `srun`'s ranks, by default
+    assert {k: v for k, v in env.items() if k.startswith("SLURM")} == {
+        "SLURMD_NODENAME": "n2",
+        "SLURM_JOB_NODELIST": "n2",
+        "SLURM_NODELIST": "n2",
+        "SLURM_JOB_CPUS_PER_NODE": "3",
+        "SLURM_CPUS_ON_NODE": "3",
+        "SLURM_DISTRIBUTION": "arbitrary",
+        "SLURM_HOSTFILE": hostfile,
         "SLURM_JOB_ID": "7",
         "SLURM_OVERLAP": "1",
         "SLURM_NTASKS": "3",
@@ -206,8 +229,16 @@ async def test_a_tasks_own_srun_gets_the_tasks_share_in_a_slurm_job(tmp_path):
         "SLURM_JOB_NUM_NODES": "1",
         "SLURM_MEM_PER_NODE": "3000",
     }
+    assert list(root.iterdir()) == []  # the host file went with the worker's end
+    one = {**pilot, "SLURM_JOB_NODELIST": "n2", "SLURM_NODELIST": "n2", "SLURM_NNODES": "1"}
+    one |= {"SLURM_JOB_NUM_NODES": "1", "SLURM_TASKS_PER_NODE": "2"}
+    alone = await task_environment(tmp_path / "one", plain | one, Resources(2.5, 3000.7, 40))
+    # a pilot of one node: its tasks' steps have nowhere else to go, and a job a task
+    # submits is not bound to the node (sbatch reads SLURM_HOSTFILE)
+    assert "SLURM_HOSTFILE" not in alone and "SLURM_DISTRIBUTION" not in alone
+    assert alone["SLURM_JOB_NODELIST"] == "n2" and alone["SLURM_NTASKS"] == "3"
     outside = await task_environment(tmp_path / "out", plain, Resources(2.5, 3000.7, 40))
-    assert not [k for k in outside if k.startswith("SLURM_")]
+    assert not [k for k in outside if k.startswith("SLURM")]
 
 
 async def test_a_python_without_posix_spawn_sessions_starts_tasks_with_subprocess(

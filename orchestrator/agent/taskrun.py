@@ -41,7 +41,7 @@ import socket
 import subprocess
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -163,6 +163,11 @@ class Runner:
         self.cgroups = cgroups
         self._in_slurm_job = "SLURM_JOB_ID" in environ
         """Tasks get their own defaults for ``srun`` (:func:`srun_defaults`)."""
+        self._node = environ.get("SLURMD_NODENAME")
+        self._nodes = int(environ.get("SLURM_JOB_NUM_NODES") or 1)
+        """The pilot's nodes: where it has several, a task's ``srun`` is told its node."""
+        self._hostfiles: dict[int, Path] = {}
+        """Per count of cores, a task's ``SLURM_HOSTFILE``: this node, once a core."""
         dropped = {SECRET_ENV, *(SRUN_MEMORY_PER_UNIT if self._in_slurm_job else ())}
         self._environ = {
             os.fsencode(k): os.fsencode(v) for k, v in environ.items() if k not in dropped
@@ -369,7 +374,9 @@ class Runner:
             "OPENBLAS_NUM_THREADS": threads,
         }
         if self._in_slurm_job:
-            own |= srun_defaults(cores, a.memory)
+            own |= srun_defaults(
+                cores, a.memory, self._node, self._hostfile if self._nodes > 1 else None
+            )
         return {**self._environ, **{os.fsencode(k): os.fsencode(v) for k, v in own.items()}}
 
     def _exceeded(self, running: _Running, exhaustion: Exhaustion) -> None:
@@ -446,6 +453,20 @@ class Runner:
         spares, self._spares = self._spares, []
         for spare in spares:
             shutil.rmtree(spare, ignore_errors=True)
+        hostfiles, self._hostfiles = self._hostfiles, {}
+        for hostfile in hostfiles.values():
+            hostfile.unlink(missing_ok=True)
+
+    def _hostfile(self, cores: int) -> Path:
+        """The ``SLURM_HOSTFILE`` of a task of ``cores``: this node, once a core (written
+        once a worker, under its root)."""
+        path = self._hostfiles.get(cores)
+        if path is None:
+            assert self._node is not None
+            path = self.config.root / f".slurm-hosts-{cores}"
+            path.write_text(f"{self._node}\n" * cores)
+            self._hostfiles[cores] = path
+        return path
 
     def _make(self, sandbox: Path) -> None:
         """Make ``sandbox`` empty, from a spare one where there is one."""
@@ -548,12 +569,15 @@ SRUN_MEMORY_PER_UNIT = ("SLURM_MEM_PER_CPU", "SLURM_MEM_PER_GPU")
 (it refuses both at once): left out of a task's environment."""
 
 
-def srun_defaults(cores: int, memory_mb: float) -> dict[str, str]:
-    """The defaults an ``srun`` that a task runs takes from its environment (Slurm's input
-    variables), in a pilot: a step of the task's share on one node, as in a job of
-    ``--ntasks=cores --mem=memory`` of its own. The task would inherit the worker's step's,
-    one task per node of the pilot holding each node's CPUs: an ``srun -n 2`` would be told
-    one task per node and every node, or in a pilot of whole nodes 16 CPUs a task.
+def srun_defaults(
+    cores: int, memory_mb: float, node: str | None, hostfile: Callable[[int], Path] | None
+) -> dict[str, str]:
+    """The defaults an ``srun`` or an MPI launcher that a task runs takes from its environment
+    (Slurm's input variables), in a pilot: a step of the task's share on ``node``, its node,
+    as in a job of ``--ntasks=cores --mem=memory`` of its own there. The task would inherit
+    the worker's step's, one task per node of the pilot holding each node's CPUs: an
+    ``srun -n 2`` would be told one task per node and every node, or in a pilot of whole
+    nodes 16 CPUs a task.
 
     The step overlaps the others: the worker, not Slurm, shares the pilot out among
     its tasks, and Slurm, which sees the worker's step hold every CPU and all memory, would
@@ -562,7 +586,15 @@ def srun_defaults(cores: int, memory_mb: float) -> dict[str, str]:
 
     ``SLURM_TASKS_PER_NODE`` is where MPI launchers count their slots: with the worker's
     step's, one a node, ``mpirun -n 2`` in a task of 2 cores found too few (Open MPI 4.1:
-    "There are not enough slots available")."""
+    "There are not enough slots available"). They take the nodes from ``SLURM_JOB_NODELIST``:
+    with the pilot's, a task's ``mpirun`` on its second node started its ranks on the first.
+
+    ``srun`` takes no node list from its environment but the host file of the ``arbitrary``
+    distribution, given ``hostfile`` (the node once a core, for a task of ``cores``): without
+    it, in a pilot of two nodes, a task's ``srun`` on the second started its step on the
+    first (Slurm 22.05). The worker gives one only in a pilot of several nodes: ``sbatch``
+    reads ``SLURM_HOSTFILE`` too, so a job a task submits would be bound to the task's node,
+    and an ``srun`` with more ranks than the task's cores is refused ("Too few NodeNames")."""
     n = str(cores)
     defaults = {
         "SLURM_OVERLAP": "1",
@@ -576,6 +608,15 @@ def srun_defaults(cores: int, memory_mb: float) -> dict[str, str]:
     }
     if memory_mb >= 1:
         defaults["SLURM_MEM_PER_NODE"] = str(math.floor(memory_mb))
+    if node is not None:
+        defaults |= {
+            "SLURM_JOB_NODELIST": node,
+            "SLURM_NODELIST": node,
+            "SLURM_JOB_CPUS_PER_NODE": n,
+            "SLURM_CPUS_ON_NODE": n,
+        }
+        if hostfile is not None:
+            defaults |= {"SLURM_DISTRIBUTION": "arbitrary", "SLURM_HOSTFILE": str(hostfile(cores))}
     return defaults
 
 
