@@ -290,6 +290,7 @@ class DecisionLog:
 
     def __exit__(self, *exc: object) -> None:
         if self._engine is not None:  # told at the run's end, which may be long after a pass
+            self._notes(self._engine)  # taken as its pilots ended
             end = self._engine.state.end_t
             self._trouble(self._engine, self._now if end is None else end, final=True)
         self._print(self._condensed.end())
@@ -297,11 +298,15 @@ class DecisionLog:
 
     def __call__(self, engine: Engine) -> None:
         self._engine, self._now = engine, engine.now()
+        self._notes(engine)
+        self._trouble(engine, self._now)
+
+    def _notes(self, engine: Engine) -> None:
+        """The notes taken since the last printed."""
         fresh = min(engine.state.notes_total - self._printed, len(engine.state.notes))
         for t, text in list(engine.state.notes)[len(engine.state.notes) - fresh :]:
             self._note(t, text)
         self._printed = engine.state.notes_total
-        self._trouble(engine, self._now)
 
     def _trouble(self, engine: Engine, now: float, final: bool = False) -> None:
         for name, stage in engine.state.stages.items():

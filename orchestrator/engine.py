@@ -260,7 +260,7 @@ class Engine:
     # ---- the loop -------------------------------------------------------------
 
     def _tick(self) -> None:
-        self.state.apply(Tick(clock.now()))
+        self._effects(self.state.apply(Tick(clock.now())))
 
     def _apply_all(self, events: Sequence[Event]) -> None:
         """Apply ``events`` in order, at the time they are taken in, and do what they ask."""
@@ -323,7 +323,8 @@ class Engine:
             self.observer(self)
 
     async def _next_events(self) -> list[Event]:
-        timeout = None if self._wake is None else max(0.0, self._wake - clock.now())
+        wake = min((t for t in (self._wake, self.state.stuck_due) if t is not None), default=None)
+        timeout = None if wake is None else max(0.0, wake - clock.now())
         gather = GATHER_S if self.state.sent_ahead else 0.0
         return await next_events(self._events, timeout, gather)
 

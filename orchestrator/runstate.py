@@ -49,6 +49,11 @@ worth, at most ``pool.AHEAD_DEPTH``): enough for the manager to gather many resu
 pass, and a stage's last tasks wait about this long at most behind others."""
 TIME_UP_S = 1.0
 """An attempt lost this close to its worker's end (or later) was ended by its pilot's time."""
+EMPTY_RELEASE_S = 60.0
+"""A released pilot whose workers have all left, yet whose job has not ended this long after,
+is cancelled: the worker's step on a node that died never ends, and the job with it, until
+Slurm notices the node (5 minutes by default, ``SlurmdTimeout``). A release ends in seconds
+once the workers are gone (they leave, then finish moving what they keep)."""
 WHOLE_PILOT_S = 30.0
 """An attempt started within this much (or a twentieth of its pilot's time limit) of its
 pilot's start had the pilot's whole time: the worker's start is all that came before."""
@@ -143,6 +148,9 @@ class PilotRun:
     """Workers that joined it, ever (``workers`` loses those lost)."""
     finished: int = 0
     """Tasks that finished on its workers."""
+    emptied: bool = False
+    """It was left released with no worker (and is cancelled ``EMPTY_RELEASE_S`` later if its
+    job is still alive)."""
 
     @property
     def state(self) -> JobState | None:
@@ -174,7 +182,8 @@ class WorkersGone:
 
 @dataclass(frozen=True, slots=True)
 class CancelJob:
-    """A pilot that can never start (its dependency failed) is cancelled."""
+    """A pilot that can never start (its dependency failed), or whose job outlived its
+    release, is cancelled."""
 
     job_id: str
 
@@ -232,6 +241,9 @@ class RunState:
         self._ended: dict[str, list[str]] = {}
         """Pilots that ended on their own since the last pass, by how: one note for each way
         (a stage's units reach their time limit together)."""
+        self._emptied: dict[str, float] = {}
+        """Released pilots whose workers have all left, until their job ends: by pilot id,
+        the run's time when it is cancelled if it has not."""
         self.status = Status.RUNNING
         self.error: str | None = None
         self.end_t: float | None = None
@@ -265,7 +277,7 @@ class RunState:
         match event:
             case Tick(t):
                 self.clock = t
-                return []
+                return self._stuck() if self._emptied else []
             case JobChanged(info):
                 return self._on_job(info)
             case AttemptEnded(worker, spec, result):
@@ -602,6 +614,7 @@ class RunState:
         pilot = self.pilots[action.pilot_id]
         pilot.released = True
         self.pool.drain(pilot.pilot_id)
+        self._empty_if_released(pilot)
         return pilot
 
     def note_let_go(self, actions: Sequence[Cancel | Release]) -> None:
@@ -619,7 +632,43 @@ class RunState:
         alive = [p for p in self.pilots.values() if p.live and p.job_id is not None]
         for pilot in alive:
             pilot.released = True
+            self._empty_if_released(pilot)
         return alive
+
+    def _empty_if_released(self, pilot: PilotRun) -> None:
+        """``pilot`` is released and the workers it had have all left: its job should end now.
+        One whose workers never came is left to its release (they may still be starting)."""
+        if (
+            pilot.released
+            and pilot.joined
+            and not pilot.workers
+            and pilot.live
+            and not pilot.emptied
+        ):
+            pilot.emptied = True
+            self._emptied[pilot.pilot_id] = self.now + EMPTY_RELEASE_S
+
+    @property
+    def stuck_due(self) -> float | None:
+        """When (on the loop's clock) the first released pilot left without workers is due to
+        be cancelled if its job is still alive."""
+        return self.t0 + min(self._emptied.values()) if self._emptied else None
+
+    def _stuck(self) -> list[Effect]:
+        """Cancel the released pilots whose job outlived their workers by ``EMPTY_RELEASE_S``."""
+        effects: list[Effect] = []
+        for pilot_id, due in list(self._emptied.items()):
+            if self.now < due:
+                continue
+            del self._emptied[pilot_id]
+            pilot = self.pilots[pilot_id]
+            self.note(
+                f"pilot {pilot.pilot_id}: its job {pilot.job_id} did not end "
+                f"{duration(EMPTY_RELEASE_S)} after its workers left on its release (a node "
+                "of it no longer answers?): cancelled"
+            )
+            effects.append(CancelJob(pilot.job_id or ""))
+        return effects
 
     def _finished(self) -> list[PilotRun]:
         """Pilots whose stages are all over and on which nothing runs: to be released (each
@@ -669,6 +718,7 @@ class RunState:
         self.recorder.wait(pilot, wait, self.now)
 
     def _pilot_ended(self, pilot: PilotRun, info: JobInfo) -> list[Effect]:
+        self._emptied.pop(pilot.pilot_id, None)
         workers, pilot.workers = pilot.workers, []
         for worker in workers:
             self.pool.leave(worker.id)
@@ -722,6 +772,7 @@ class RunState:
             pilot = self.pilots[slot.pilot_id]
             if slot.worker in pilot.workers:
                 pilot.workers.remove(slot.worker)
+            self._empty_if_released(pilot)
 
     def place(self) -> list[Launch]:
         """Place ready tasks, stage by stage in workflow order, head of each queue first."""

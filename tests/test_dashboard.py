@@ -229,6 +229,24 @@ def test_a_failed_run_s_last_tally_is_told_at_the_run_s_end_not_at_its_last_pass
     assert told == "t+1 min 1 s  stage long: 1 attempt did not succeed (1 lost)"
 
 
+def test_a_note_taken_after_the_last_pass_is_told_at_the_run_s_end():
+    """A pilot cancelled as the run waits for its pilots to end is noted after the last pass:
+    the log left that note out."""
+    state = SimpleNamespace(notes=[], notes_total=0, stages={}, end_t=None)
+    engine = SimpleNamespace(state=state, now=lambda: 10.0)
+    out = io.StringIO()
+    with (log := DecisionLog(Console(file=out, width=200), every_s=1e9)):
+        state.notes.append((10.0, "pilot a-0: its stages are over: released"))
+        state.notes_total += 1
+        log(engine)
+        state.notes.append((70.0, "pilot a-0: its job 7 did not end 1 min after ...: cancelled"))
+        state.notes_total += 1
+    assert out.getvalue().strip().splitlines() == [
+        "t+10 s  pilot a-0: its stages are over: released",
+        "t+1 min 10 s  pilot a-0: its job 7 did not end 1 min after ...: cancelled",
+    ]
+
+
 def test_notes_said_alike_of_one_pilot_after_another_are_one_line_and_a_count():
     """An elastic stage's units of one task each are let go one by one as their tasks end:
     a line each made a 24-wide montage run log 47 lines of releases."""

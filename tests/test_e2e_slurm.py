@@ -8,6 +8,7 @@ or fail. The node declares 16 CPUs: a background job of 16 CPUs makes pilots que
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -31,7 +32,9 @@ from typer.testing import CliRunner
 
 from backends import clock
 from backends.slurm import SlurmOptions
+from orchestrator import runstate, session
 from orchestrator.cli import app
+from orchestrator.manager import Manager
 from orchestrator.planner import Phase
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import Store
@@ -41,6 +44,8 @@ from workflows.spec import Workflow, example, load, loads
 pytestmark = pytest.mark.slurm
 
 NODE_CPUS = 16
+HOST = os.uname().nodename.split(".")[0]
+"""The local Slurm's first node; its second is ``HOST-2`` (partition ``multi``)."""
 LEADTIME = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 FAST_SAMPLES = ("--sample-interval", "0.25", "--first-sample", "0.05")
 
@@ -621,17 +626,40 @@ def test_tasks_run_srun_or_mpirun_side_by_side_each_on_its_share(tmp_path, clust
 def two_nodes() -> str:
     """The address of this host's node as the local Slurm's second node reaches it (its
     partition ``multi``), for a manager its workers on both nodes can reach."""
-    host = os.uname().nodename.split(".")[0]
     nodes = dict(
         line.split() for line in sh("sinfo", "-h", "-N", "-p", "multi", "-o", "%N %o").splitlines()
     )
-    if len(nodes) < 2 or host not in nodes:
+    if len(nodes) < 2 or HOST not in nodes:
         why = "the local Slurm has no second node (scripts/slurm-local up makes one in a "
         why += "network namespace where this machine can)"
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
-    return nodes[host]
+    return nodes[HOST]
+
+
+def on_two_nodes(tmp_path: Path, name: str, command: str) -> tuple[Workflow, RunConfig]:
+    """A stage of 4 tasks of 2 cores running ``command``, each writing ``out/{index}.txt``, one
+    pilot of two nodes for it in partition ``multi``, and a run's configuration for it."""
+    workflow = loads(
+        textwrap.dedent(
+            f"""
+            name = "{name}"
+            [[stage]]
+            name = "work"
+            allocation = {{ cores = 8, nodes = 2, memory = "2G", time = "5m", partition = "multi" }}
+            [stage.tasks]
+            command = "{command} > out/{{index}}.txt"
+            count = 4
+            cores = 2
+            memory = "300M"
+            outputs = ["out/{{index}}.txt"]
+            """
+        ),
+        source=tmp_path / "wf.toml",
+    )
+    config = slurm_config(tmp_path, "per-stage")
+    return workflow, replace(config, backend=replace(config.backend, bind=two_nodes()))
 
 
 @NO_MPIRUN
@@ -640,25 +668,7 @@ def test_a_tasks_srun_and_mpirun_stay_on_its_node_in_a_pilot_of_two_nodes(tmp_pa
     its ranks on the first: srun placed the step on the job's first node, and Open MPI read
     the pilot's node list. Every task's ranks now run on its own node, in its share of it."""
     launches = "hostname; srun hostname; mpirun --allow-run-as-root hostname; srun -n1 -c2 hostname"
-    workflow = loads(
-        textwrap.dedent(
-            f"""
-            name = "twonodes"
-            [[stage]]
-            name = "ranks"
-            allocation = {{ cores = 8, nodes = 2, memory = "2G", time = "5m", partition = "multi" }}
-            [stage.tasks]
-            command = "sleep 3; ({launches}) > out/ranks{{index}}.txt 2>&1"
-            count = 4
-            cores = 2
-            memory = "300M"
-            outputs = ["out/ranks{{index}}.txt"]
-            """
-        ),
-        source=tmp_path / "wf.toml",
-    )
-    config = slurm_config(tmp_path, "per-stage")
-    config = replace(config, backend=replace(config.backend, bind=two_nodes()))
+    workflow, config = on_two_nodes(tmp_path, "twonodes", f"sleep 3; ({launches}) 2>&1")
 
     async def main():
         async with await Store.open(":memory:") as store:
@@ -668,11 +678,73 @@ def test_a_tasks_srun_and_mpirun_stay_on_its_node_in_a_pilot_of_two_nodes(tmp_pa
     assert summary.status == "done", summary.error
     nodes = set()
     for index in range(4):
-        node, *ranks = (tmp_path / "out" / f"ranks{index}.txt").read_text().split()
+        node, *ranks = (tmp_path / "out" / f"{index}.txt").read_text().split()
         assert ranks == [node] * 5, (index, ranks)  # srun's 2, mpirun's 2, then 1
         nodes.add(node)
     assert len(nodes) == 2, nodes  # the tasks ran on both nodes
     assert len({a["pilot_id"] for a in rows["attempts"]}) == 1
+    assert cluster.queued() == []
+
+
+def crash_second_node() -> int:
+    """Kill (SIGKILL) every process of the local Slurm's second node, its slurmd among them,
+    as a node that loses power: nothing it runs says goodbye. How many there were."""
+    netns = os.stat(f"/run/netns/leadtime-{HOST}-2").st_ino
+    victims = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and os.stat(entry / "ns" / "net").st_ino == netns:
+                victims.append(int(entry.name))
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(victims)
+
+
+def test_a_pilot_whose_node_died_is_cancelled_once_its_workers_left(
+    tmp_path, cluster, slurm_local, monkeypatch
+):
+    """A node of a pilot of two dies while its tasks run. Its tasks ran again on the other node,
+    once each; but when the run released the pilot, the worker's step on the dead node never
+    ended, nor the job with it: the run waited 5 minutes for Slurm's release timeout (while
+    the job held both nodes). The job is cancelled once its workers have all left and it has
+    not ended EMPTY_RELEASE_S later, and the run ends then. (Here a worker that disconnects
+    is given up after 5 s instead of 60, and the release 5 s instead of 60.)"""
+    monkeypatch.setattr(runstate, "EMPTY_RELEASE_S", 5.0)
+    monkeypatch.setattr(session, "Manager", functools.partial(Manager, reattach_s=5.0))
+    workflow, config = on_two_nodes(tmp_path, "nodeloss", "sleep 6; hostname")
+    crashed, engines = [], []
+
+    def observer(engine):
+        engines[:] = [engine]
+        joined = len(engine.source.manager.workers)
+        if not crashed and joined == 2 and engine.state.stages["work"].running:
+            crashed.append((crash_second_node(), clock.now()))
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            summary, rows = await run(workflow, config, store, cluster, observer)
+            return summary, rows, clock.now()
+
+    try:
+        summary, rows, ended = clock.run(main(), virtual=False)
+    finally:  # the node back: down (Slurm forgets what ran there), its slurmd started again
+        sh("scontrol", "update", f"nodename={HOST}-2", "state=down", "reason=test crash")
+        subprocess.run([slurm_local, "up"], check=True, capture_output=True, timeout=120)
+    assert crashed and crashed[0][0] > 0
+    assert summary.status == "done", summary.error
+    attempts = rows["attempts"]
+    assert sorted(a["task_id"] for a in attempts if a["outcome"] == "success") == [
+        f"work.{i}" for i in range(4)
+    ]
+    outputs = {(tmp_path / "out" / f"{i}.txt").read_text().strip() for i in range(4)}
+    assert outputs == {HOST}  # those of the dead node ran again on the other
+    assert any(a["outcome"] == "lost" for a in attempts)
+    (pilot,) = rows["pilots"]
+    assert pilot["state"] == "CANCELLED"
+    assert ended - crashed[0][1] < 60, ended - crashed[0][1]  # not Slurm's 5 minutes
+    notes = [text for _, text in engines[0].state.notes]
+    assert any("did not end 5 s after its workers left on its release" in n for n in notes), notes
     assert cluster.queued() == []
 
 

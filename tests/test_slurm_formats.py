@@ -314,6 +314,24 @@ def test_squeue_json_of_later_releases_numbers_and_state_lists():
     assert (record.eligible_time, record.start_time, record.end_time) == (101, 103, 110)
 
 
+def test_a_completing_job_is_running_until_we_cancelled_it():
+    """COMPLETING hides how a job ended: it counts as running, its end time kept, unless we
+    cancelled it (a node of it that no longer answers keeps it COMPLETING for minutes)."""
+    job = {**SQUEUE["jobs"][0], "job_state": "COMPLETING"}
+    job["end_time"] = {"set": True, "infinite": False, "number": 1795316200}
+    record = parse_squeue_json(json.dumps({"errors": [], "jobs": [job]}))["82"]
+    assert record.state is JobState.RUNNING and record.completing
+    assert record.end_time == 1795316200
+    cancelled = record.cancelled()
+    assert cancelled.state is JobState.CANCELLED and cancelled.end_time == 1795316200
+    assert cancelled.nodes == () and not cancelled.completing
+    assert not parse_squeue_json(json.dumps(SQUEUE))["82"].completing
+    line = SCONTROL_RUNNING.replace("JobState=RUNNING", "JobState=COMPLETING")
+    line = line.replace("EndTime=Unknown", "EndTime=2026-11-22T02:56:40")
+    assert parse_scontrol(line).completing
+    assert parse_scontrol(line).end_time == local("2026-11-22T02:56:40")
+
+
 def test_squeue_json_error_inside_output_is_reported():
     # What 22.05 prints, with exit status 0, when slurmctld is down.
     down = {

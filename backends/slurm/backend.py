@@ -128,7 +128,9 @@ class SlurmBackend:
     ``run_dir`` receives the jobs' output files (``<name>-<jobid>.out``); ``sbatch_options``
     are added to every submission. A running
     pilot that is released gets SIGTERM again every ``release_resend_s`` (a signal sent
-    before its job step exists is lost) and is cancelled after ``release_timeout_s``.
+    before its job step exists is lost) and is cancelled after ``release_timeout_s``. The
+    signals go in the background: one for a job with a node that no longer answers kept
+    scancel a minute and more (Slurm 22.05), which held up polling and the run.
     """
 
     name = "slurm"
@@ -167,6 +169,10 @@ class SlurmBackend:
         self._seen: dict[str, Seen] = {}
         """What we saw of each job ourselves, which bounds Slurm's whole-second times."""
         self._releases: dict[str, _Release] = {}
+        self._signals: dict[str, asyncio.Task[None]] = {}
+        """The release signal under way, by job: one at a time a job."""
+        self._cancelled: set[str] = set()
+        """Jobs we cancelled (once running): COMPLETING, they have ended cancelled."""
         self._submitting: set[tuple[str, str]] = set()
         self._cut_short: list[tuple[str, str]] = []
         """Submissions interrupted (the run stopped): their job may be queued, its id unknown."""
@@ -255,10 +261,10 @@ class SlurmBackend:
             record = await self._current(job_id)  # it may have started meanwhile
         if record.state.finished:
             return
-        await self._retrying(f"release job {job_id}", lambda: self._signal(job_id))
         now = clock.now()
         self._releases[job_id] = _Release(first=now, last=now)
         self._track(job_id)
+        self._send_signal(job_id)
 
     async def info(self, job_id: str) -> JobInfo:
         return (await self._current(job_id)).info()
@@ -274,6 +280,10 @@ class SlurmBackend:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
             self._poller = None
+        sending = list(self._signals.values())
+        for task in sending:
+            task.cancel()
+        await asyncio.gather(*sending, return_exceptions=True)
         for name, comment in self._cut_short:
             try:
                 for job_id in await self.find(name, comment):
@@ -427,6 +437,8 @@ class SlurmBackend:
 
     def _observe(self, record: JobRecord, at: float) -> JobRecord:
         """Take in ``record``, from a query begun at Unix time ``at``: bounded by what we saw."""
+        if record.completing and record.job_id in self._cancelled:
+            record = record.cancelled()
         if (seen := self._seen.get(record.job_id)) is not None:
             seen.saw(record.state, at)
         record = record.bounded(seen)
@@ -454,8 +466,23 @@ class SlurmBackend:
                 await self._scancel(job_id)
                 del self._releases[job_id]
             elif now - release.last >= self.release_resend_s:
-                await self._signal(job_id)
+                self._send_signal(job_id)
                 release.last = now
+
+    def _send_signal(self, job_id: str) -> None:
+        """SIGTERM to a released job's workers, in the background, unless one is under way."""
+        if job_id in self._signals:
+            return
+        sending = asyncio.create_task(self._release_signal(job_id))
+        self._signals[job_id] = sending
+        sending.add_done_callback(lambda _: self._signals.pop(job_id, None))
+
+    async def _release_signal(self, job_id: str) -> None:
+        try:
+            await self._retrying(f"release job {job_id}", lambda: self._signal(job_id))
+        except SlurmError as e:
+            log.warning("release of job %s: %s (sent again in %g s)", job_id, e,
+                        self.release_resend_s)  # fmt: skip
 
     async def _current(self, job_id: str) -> JobRecord:
         async def lookup() -> JobRecord | None:
@@ -498,6 +525,8 @@ class SlurmBackend:
         return parse_scontrol(out.strip().splitlines()[0])
 
     async def _scancel(self, job_id: str, *options: str) -> None:
+        """scancel ``options`` ``job_id``; with no options (a kill), the job counts as
+        cancelled from then on (see :meth:`_observe`)."""
         try:
             await self._run(self.commands.scancel, *options, job_id)
         except _CommandFailed as e:
@@ -507,6 +536,9 @@ class SlurmBackend:
             done = "already completing or completed" in message
             if not done and e.status != ALREADY_DONE_STATUS:
                 raise
+            return
+        if not options:
+            self._cancelled.add(job_id)
 
     async def _signal(self, job_id: str) -> None:
         """SIGTERM to a running job's workers. Slurm answers "Invalid job id" to a signal for

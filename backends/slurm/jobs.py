@@ -92,6 +92,10 @@ class JobRecord:
     start_time: float | None = None
     end_time: float | None = None
     nodes: tuple[NodeShare, ...] = ()
+    completing: bool = False
+    """Slurm shows it COMPLETING: it has ended, how it ended is not shown, and its nodes
+    are cleaning up (a node that no longer answers keeps it so until Slurm declares the
+    node down, 5 minutes by default)."""
 
     def info(self) -> JobInfo:
         """The protocol's view, with times on the running loop's clock."""
@@ -130,6 +134,10 @@ class JobRecord:
             end_time=at_least(self.end_time, seen.alive, start),
         )
 
+    def cancelled(self) -> JobRecord:
+        """This job, COMPLETING after we cancelled it: cancelled, what is left being Slurm's."""
+        return replace(self, state=JobState.CANCELLED, nodes=(), completing=False)
+
     def vanished(self) -> JobRecord:
         """This job after slurmctld forgot it before we saw it end: its outcome is unknown."""
         return replace(self, state=JobState.FAILED, reason="NotFound", nodes=())
@@ -162,7 +170,8 @@ def parse_squeue_json(text: str) -> dict[str, JobRecord]:
 
 
 def _from_json(job: Mapping[str, Any]) -> JobRecord:
-    state = job_state(_first(job["job_state"]))
+    name = _first(job["job_state"])
+    state, completing = job_state(name), name == "COMPLETING"
     # Pending jobs carry an estimated start, running ones their time-limit end, and a job
     # cancelled while pending its cancel time as start: only a job that got nodes started.
     started = bool(job.get("batch_host") or job.get("job_resources"))
@@ -177,8 +186,9 @@ def _from_json(job: Mapping[str, Any]) -> JobRecord:
         submit_time=_time(job.get("submit_time")),
         eligible_time=_time(job.get("eligible_time")),
         start_time=_time(job.get("start_time")) if started else None,
-        end_time=_time(job.get("end_time")) if state.finished else None,
+        end_time=_time(job.get("end_time")) if state.finished or completing else None,
         nodes=_json_nodes(job) if state is JobState.RUNNING else (),
+        completing=completing,
     )
 
 
@@ -244,7 +254,7 @@ def parse_scontrol(line: str) -> JobRecord:
         fields.setdefault(key, value)
     if "JobId" not in fields or "JobState" not in fields:
         raise SlurmOutputError(f"scontrol show job printed no job: {line[:200]!r}")
-    state = job_state(fields["JobState"])
+    state, completing = job_state(fields["JobState"]), fields["JobState"] == "COMPLETING"
     started = any(fields.get(key, "") not in _UNSET for key in ("BatchHost", "NodeList"))
     reason = fields.get("Reason", "")
     uid = re.search(r"\((\d+)\)", fields.get("UserId", ""))  # UserId=name(uid)
@@ -257,7 +267,8 @@ def parse_scontrol(line: str) -> JobRecord:
         submit_time=_local_time(fields.get("SubmitTime", "")),
         eligible_time=_local_time(fields.get("EligibleTime", "")),
         start_time=_local_time(fields.get("StartTime", "")) if started else None,
-        end_time=_local_time(fields.get("EndTime", "")) if state.finished else None,
+        end_time=_local_time(fields.get("EndTime", "")) if state.finished or completing else None,
+        completing=completing,
     )
 
 
