@@ -1123,13 +1123,13 @@ def bench_sizing_command(
     retries."""
     if (trace is None) == (run_id is None):
         fail("give a task trace (--trace FILE) or a run of the store (--run RUN), one of them")
+    if worker_cores is not None and not worker_cores > 0:
+        fail(f"--worker-cores {worker_cores:g}: expected a positive number of cores")
     given = {
+        "cores": worker_cores,
         "memory": None if worker_memory is None else _size("--worker-memory", worker_memory),
         "disk": None if worker_disk is None else _size("--worker-disk", worker_disk),
     }
-    if worker_cores is not None and not worker_cores > 0:
-        fail(f"--worker-cores {worker_cores:g}: expected a positive number of cores")
-    given["cores"] = worker_cores
     try:
         replayed, left_out = (load_trace(trace), 0) if trace else _run_trace(run_id, db)
         fitted = widened(PAPER_WORKER, replayed)  # what a size left unsaid defaults to
