@@ -220,6 +220,8 @@ def replay(
             if st.previous is None and (category in held or not sizer.ready(st.features)):
                 held.setdefault(category, []).append(heapq.heappop(pending))
                 continue
+            if running is not None:
+                running.queued = len(pending) + sum(map(len, held.values()))
             if st.allocation is None or st.version != learned:
                 try:
                     size(st)

@@ -793,6 +793,7 @@ class RunState:
                 if first and not self.sizer.ready(task.features):
                     break  # its category's first records are awaited (asked again)
                 if task.allocation is None:
+                    self.sizer.running.queued = self._queued()
                     try:
                         task.allocation = self.sizer.allocate(
                             task.features, task.previous, task.exhaustion
@@ -828,6 +829,15 @@ class RunState:
                 self.sent_ahead |= slot.holds_ahead
                 starts.append(Launch(slot.worker, self._start(stage, task, slot)))
         return starts
+
+    def _queued(self) -> int:
+        """Tasks of the ready stages waiting for room: in their stage's queue, or sent ahead
+        to a worker and not started there."""
+        return sum(
+            len(s.queue) + len(s.waiting)
+            for s in self.stages.values()
+            if s.phase in (Phase.READY, Phase.RUNNING)
+        )
 
     def _refitted(self, task: TaskRun, largest: Resources) -> tuple[Resources, bool]:
         """``task``'s allocation cut to ``largest``, the largest worker there is; where it was

@@ -477,6 +477,32 @@ def test_the_sizer_is_told_the_tasks_submitted_as_their_stage_becomes_ready():
     assert (running.submitted("a"), running.submitted("b")) == (3, 1)
 
 
+def test_the_sizer_is_told_how_many_tasks_wait_for_room_as_it_sizes_each():
+    """What tells a sizer whether a task it slows leaves cores another would take."""
+    state, _ = new_state(TWO_STAGES)
+    state.start()
+    assert state.sizer.running.queued is None  # nothing sized yet
+    seen: list[int | None] = []
+    allocate = state.sizer.allocate
+
+    def spy(task, previous=None, exhaustion=None):
+        seen.append(state.sizer.running.queued)
+        return allocate(task, previous, exhaustion)
+
+    state.sizer.allocate = spy  # type: ignore[method-assign]
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7")))
+    first, second = state.place()
+    assert seen == [3, 2, 1]  # the third waits for room, sized the last of them
+    for launch in (first, second):
+        state.apply(success(launch))
+    (third,) = state.place()
+    state.apply(success(third))
+    state.advance()
+    state.place()
+    assert seen == [3, 2, 1, 1]  # stage b's one task, alone
+
+
 UNSIZED = """
 name = "unsized"
 [[stage]]

@@ -7,6 +7,7 @@ from functools import partial
 import numpy as np
 import pytest
 
+from learners.replay import TraceTask, replay
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
 from learners.sizing.base import Running
@@ -80,6 +81,35 @@ def test_cores_are_the_worker_share_memory_and_disk_take_or_the_use_of_nine_task
     few = BudgetCategory(("cores", "memory"), worker=worker)
     few.observe(Record(TaskFeatures("a"), Resources(2, 60000.0, 100.0, 60.0)))
     assert few.first(TaskFeatures("a"))["cores"] == 2.0  # never above the use's quantile
+
+
+def test_cores_slow_no_task_where_none_waits_for_the_cores_it_would_leave():
+    worker = Resources(16, 64000, 64000)
+    waiting = [5]
+    category = BudgetCategory(("cores", "memory"), worker=worker, queued=lambda: waiting[0])
+    for i in range(200):  # use 1 to 10 cores, 10% above 9
+        category.observe(Record(TaskFeatures("a"), Resources(1 + i % 10, 1000.0, 100.0, 60.0)))
+    assert category.first(TaskFeatures("a"))["cores"] == 9.0  # four others wait: slowed
+    waiting[0] = 1  # the task sized is the last one waiting
+    assert category.first(TaskFeatures("a"))["cores"] == 10.0  # the use's quantile
+    waiting[0] = None  # an executor that does not tell
+    assert category.first(TaskFeatures("a"))["cores"] == 9.0
+
+
+def test_the_replay_tells_the_sizer_how_many_tasks_wait_for_room():
+    seen: list[int | None] = []
+    sizer = make_sizer("budget", worker=Resources(2, 8000, 8000))
+    allocate = sizer.allocate
+
+    def spy(task, previous=None, exhaustion=None):
+        seen.append(sizer.running.queued)
+        return allocate(task, previous, exhaustion)
+
+    sizer.allocate = spy
+    tasks = [TraceTask("a", Resources(1, 500, 10, 60), requested={"cores": 1}) for _ in range(6)]
+    replay(tasks, sizer, workers=1, worker=Resources(2, 8000, 8000))
+    assert seen[0] == 6 and seen[-1] == 1
+    assert seen == sorted(seen, reverse=True)
 
 
 def phase(category: BudgetCategory, memory: float, disk: float, count: int = 100) -> None:

@@ -107,6 +107,9 @@ class Running:
         """Per category, the attempts sent to a worker that have not started there yet."""
         self._submitted: Counter[str] = Counter()
         """Per category, the tasks the workflow has submitted so far."""
+        self.queued: int | None = None
+        """Tasks waiting for room to start an attempt, over the workflow, the task being sized
+        among them, as the executor sets it before it sizes one (None: it does not tell)."""
 
     def start(self, category: str, at: float) -> None:
         bisect.insort(self._starts.setdefault(category, []), at)

@@ -29,6 +29,9 @@ them longer, so it wastes none of them; cores above its use are waste. A task's 
 are the share of a worker its memory and disk already take (cores beyond that share
 would find no task to serve beside it), or where that is more the use that only
 :data:`SLOWED` of the category's tasks exceed, never more than the quantile of the use.
+Where the executor tells that no other task waits for room (:attr:`Running.queued`), the
+quantile of the use, or the task's request of cores where less: a task slowed then leaves
+cores that no task takes, and ends the later for nothing (nf-core methylseq's last tasks).
 
 A retry gets the largest value seen, grown toward twice what the killed attempt reached
 (a monitor reports the first sample above the limit, often just above it) by the chance
@@ -165,6 +168,7 @@ class BudgetCategory:
         worker: Resources | None = None,
         outlasting: Callable[[float], int] | None = None,
         concurrent: Callable[[], int] | None = None,
+        queued: Callable[[], int | None] | None = None,
     ) -> None:
         if not 0 < budget < 1:
             raise ValueError(f"the retry budget is a share of tasks in (0, 1), not {budget}")
@@ -193,6 +197,9 @@ class BudgetCategory:
         its tasks that ran used 1), so it counts only until a record that ran comes."""
         self.concurrent = concurrent
         """How many of the category's attempts run now."""
+        self.queued = queued
+        """How many tasks of the workflow wait for room, the one sized among them (None: the
+        executor does not tell)."""
 
     def few(self, n: int) -> bool:
         """Whether ``n`` records are too few for the quantile: its largest is grown instead."""
@@ -212,13 +219,20 @@ class BudgetCategory:
                 if r in out:
                     out[r] = max(out[r], self.shift.floor(r))
         if "cores" in out and self.worker is not None:
-            out["cores"] = self.cores(out, self.worker)
+            out["cores"] = self.cores(out, self.worker, task.requested.get("cores"))
         return out
 
-    def cores(self, sized: dict[Resource, float], worker: Resources) -> float:
+    def cores(
+        self, sized: dict[Resource, float], worker: Resources, requested: float | None = None
+    ) -> float:
         """The share of ``worker`` the task's ``sized`` memory and disk take, in cores, or the
         :data:`SLOWED` quantile of the use where that is more; never more than the quantile
-        of the use the killers get."""
+        of the use the killers get. Where the executor tells that no other task waits for
+        room, that quantile (a task slowed then leaves cores no task takes), or the cores
+        ``requested`` where fewer (the user chose that pace)."""
+        queued = self.queued() if self.queued is not None else None
+        if queued is not None and queued <= 1:
+            return min(sized["cores"], requested or math.inf)
         share = max(
             (sized[r] / worker[r] for r in PACKED if r in sized and r not in SLOWING),
             default=0.0,

@@ -194,6 +194,7 @@ def _factory(
             worker=worker,
             outlasting=partial(running.outlasting, category),
             concurrent=partial(running.count, category),
+            queued=lambda: running.queued,
             **options,
         )
     if _family(name) == "tovar":
