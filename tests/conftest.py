@@ -1,8 +1,8 @@
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from missing import missing
 from typer.testing import CliRunner
 
 from backends import clock
@@ -24,9 +24,7 @@ def data():
     try:
         return data_dir()
     except DataNotFound as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs the trace data: {e}")
-        pytest.skip(f"needs the trace data: {e}")
+        missing(f"the trace data: {e}")
 
 
 @pytest.fixture
@@ -82,9 +80,7 @@ def pytest_runtest_setup(item):
     why = _slurm_down[0]
     if not why:
         return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs the local Slurm (scripts/slurm-local up): {why}")
-    pytest.skip(f"local Slurm not running (scripts/slurm-local up): {why}")
+    missing(f"the local Slurm (scripts/slurm-local up): {why}")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from crash import Crash, slow_sbatch
+from missing import missing
 from programs import HOG, hog_value
 from typer.testing import CliRunner
 
@@ -630,11 +631,10 @@ def two_nodes() -> str:
         line.split() for line in sh("sinfo", "-h", "-N", "-p", "multi", "-o", "%N %o").splitlines()
     )
     if len(nodes) < 2 or HOST not in nodes:
-        why = "the local Slurm has no second node (scripts/slurm-local up makes one in a "
-        why += "network namespace where this machine can)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+        missing(
+            "a second node of the local Slurm (scripts/slurm-local up makes one in a network "
+            "namespace where this machine can)"
+        )
     return nodes[HOST]
 
 

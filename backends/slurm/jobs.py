@@ -150,6 +150,14 @@ def job_state(name: str) -> JobState:
         raise SlurmOutputError(f"unknown Slurm job state {name!r}") from None
 
 
+def _state(shown: str | list[str]) -> tuple[JobState, bool]:
+    """A job's state, and whether it is completing, from the state Slurm shows: one word
+    (``COMPLETING`` in place of the base state, as 22.05 and ``scontrol`` show it), or the
+    base state and its flags (``["COMPLETED", "COMPLETING"]``, as later REST data shows it)."""
+    names = shown if isinstance(shown, list) else [shown]
+    return job_state(names[0]), "COMPLETING" in names
+
+
 def parse_squeue_json(text: str) -> dict[str, JobRecord]:
     """All jobs in ``squeue --json`` output, by job id.
 
@@ -170,8 +178,7 @@ def parse_squeue_json(text: str) -> dict[str, JobRecord]:
 
 
 def _from_json(job: Mapping[str, Any]) -> JobRecord:
-    name = _first(job["job_state"])
-    state, completing = job_state(name), name == "COMPLETING"
+    state, completing = _state(job["job_state"])
     # Pending jobs carry an estimated start, running ones their time-limit end, and a job
     # cancelled while pending its cancel time as start: only a job that got nodes started.
     started = bool(job.get("batch_host") or job.get("job_resources"))
@@ -222,11 +229,6 @@ def _json_nodes(job: Mapping[str, Any]) -> tuple[NodeShare, ...]:
     return tuple(shares)
 
 
-def _first(value: Any) -> str:
-    """A state given as a string, or as a list of state and flags."""
-    return value[0] if isinstance(value, list) else value
-
-
 def _number(value: Any) -> int | None:
     """A plain number, or a ``{"set": ..., "number": ...}`` object."""
     if isinstance(value, Mapping):
@@ -254,7 +256,7 @@ def parse_scontrol(line: str) -> JobRecord:
         fields.setdefault(key, value)
     if "JobId" not in fields or "JobState" not in fields:
         raise SlurmOutputError(f"scontrol show job printed no job: {line[:200]!r}")
-    state, completing = job_state(fields["JobState"]), fields["JobState"] == "COMPLETING"
+    state, completing = _state(fields["JobState"])
     started = any(fields.get(key, "") not in _UNSET for key in ("BatchHost", "NodeList"))
     reason = fields.get("Reason", "")
     uid = re.search(r"\((\d+)\)", fields.get("UserId", ""))  # UserId=name(uid)
