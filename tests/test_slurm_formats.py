@@ -312,10 +312,10 @@ def test_squeue_json_of_later_releases_numbers_and_state_lists():
     record = parse_squeue_json(json.dumps({"jobs": [job]}))["9"]
     assert record.state is JobState.COMPLETED and not record.completing
     assert (record.eligible_time, record.start_time, record.end_time) == (101, 103, 110)
-    # Completing shows as a flag beside the base state, which tells how the job ended.
-    job["job_state"] = ["CANCELLED", "COMPLETING"]
+    # Completing is a flag beside the base state, which tells how the job ended: nothing hidden.
+    job["job_state"] = ["FAILED", "COMPLETING"]
     record = parse_squeue_json(json.dumps({"jobs": [job]}))["9"]
-    assert record.state is JobState.CANCELLED and record.completing
+    assert record.state is JobState.FAILED and not record.completing
     assert record.end_time == 110
 
 

@@ -93,9 +93,9 @@ class JobRecord:
     end_time: float | None = None
     nodes: tuple[NodeShare, ...] = ()
     completing: bool = False
-    """Slurm shows it COMPLETING: it has ended, how it ended is not shown, and its nodes
-    are cleaning up (a node that no longer answers keeps it so until Slurm declares the
-    node down, 5 minutes by default)."""
+    """Slurm shows it COMPLETING in place of how it ended: it has ended, how is not shown,
+    and its nodes are cleaning up (a node that no longer answers keeps it so until Slurm
+    declares the node down, 5 minutes by default)."""
 
     def info(self) -> JobInfo:
         """The protocol's view, with times on the running loop's clock."""
@@ -151,11 +151,12 @@ def job_state(name: str) -> JobState:
 
 
 def _state(shown: str | list[str]) -> tuple[JobState, bool]:
-    """A job's state, and whether it is completing, from the state Slurm shows: one word
-    (``COMPLETING`` in place of the base state, as 22.05 and ``scontrol`` show it), or the
-    base state and its flags (``["COMPLETED", "COMPLETING"]``, as later REST data shows it)."""
-    names = shown if isinstance(shown, list) else [shown]
-    return job_state(names[0]), "COMPLETING" in names
+    """A job's state, and whether it is completing with its outcome hidden, from the state
+    Slurm shows: one word (22.05 and ``scontrol`` show ``COMPLETING`` in place of how the job
+    ended), or the base state and its flags (later releases: ``["CANCELLED",
+    "COMPLETING"]`` tells how it ended, its nodes still cleaning up, which is Slurm's)."""
+    name = shown[0] if isinstance(shown, list) else shown
+    return job_state(name), name == "COMPLETING"
 
 
 def parse_squeue_json(text: str) -> dict[str, JobRecord]:
