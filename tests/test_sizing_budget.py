@@ -65,6 +65,17 @@ def test_a_retry_below_many_records_gets_their_largest_grown_by_one_over_their_c
     assert category.retry(task, "memory", 2000.0, 2010.0) == 4020.0  # above every record
 
 
+def test_records_equal_to_what_a_killed_attempt_reached_count_among_those_it_may_need():
+    """Tasks that all reach the same value (bioblast's Split, 1,304 MB): a kill that reports
+    exactly it is retried just above the records, not at twice it."""
+    category = BudgetCategory(("memory",))
+    for _ in range(20):
+        category.observe(record(1304.0))
+    task = TaskFeatures("a")
+    assert category.retry(task, "memory", 1000.0, 1304.0) == pytest.approx(1304 * (1 + 1 / 20))
+    assert category.retry(task, "memory", 1304.0, 1305.0) == 2610.0  # above every record
+
+
 def test_cores_are_the_worker_share_memory_and_disk_take_or_the_use_of_nine_tasks_in_ten():
     worker = Resources(16, 64000, 64000)
     category = BudgetCategory(("cores", "memory", "disk"), worker=worker)

@@ -10,6 +10,7 @@ from backends.sim.workload import ClusterSpec
 from learners.replay import TraceTask, replay
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
+from learners.sizing.bucketing import SAMPLING
 from learners.sizing.budget import BUDGET
 from learners.sizing.composite import PRIOR_FLOOR
 from learners.sizing.history import History
@@ -170,18 +171,19 @@ def _opposite(i: int, wall: float = 60.0) -> Record:
     return Record(TaskFeatures("split"), peak)
 
 
-def _opposite_selector(other_kills: int) -> Selector:
-    """``select`` in a workflow of 4,000 tasks of another category and 40 of ``split``,
-    ``other_kills`` of the other category's attempts killed, ``split`` recorded."""
+def _opposite_selector(other_kills: int, tasks: int = 40, recorded: int = 40) -> Selector:
+    """``select`` in a workflow of 4,000 tasks of another category and ``tasks`` of ``split``,
+    ``other_kills`` of the other category's attempts killed, ``recorded`` of ``split``'s
+    tasks recorded."""
     s = make_sizer("select", worker=WORKER)
     s.running.submit("many", 4000)
-    s.running.submit("split", 40)
+    s.running.submit("split", tasks)
     task = TaskFeatures("many")
     for _ in range(WARMUP):
         s.observe(Record(task, Resources(1, 2000, 100, 60)))
     for _ in range(other_kills):
         s.observe_exhaustion(task, Resources(1, 1000, 100), Exhaustion("memory", 1500))
-    for i in range(40):
+    for i in range(recorded):
         s.observe(_opposite(i))
     return s
 
@@ -209,6 +211,38 @@ def test_a_category_falls_back_to_its_own_budget_once_the_workflow_s_room_is_spe
         for c, shadow in zip(s.candidates, s.shadows["split"], strict=True)
         if not s.by_input[s.candidates.index(c)]
     )
+
+
+def test_the_workflow_s_room_is_shared_over_the_category_s_tasks_still_to_finish():
+    """Of 80 tasks, 40 recorded: the 46 kills left in the room (7.5% of 4,080 tasks, 260
+    spent) allow more than one per task still to come, as bucketing kills here, but not one
+    per task of the category."""
+    room = WORKFLOW_BUDGET * 4080
+    s = _opposite_selector(other_kills=260, tasks=80)
+    assert s.shadows["split"][3].killed == pytest.approx(1.0)
+    assert (room - 260) / 80 < 1.0 < (room - 260) / 40
+    assert s.chosen("split").name == "greedy-det"
+    assert _opposite_selector(other_kills=280, tasks=80).chosen("split").name == "budget"
+
+
+def test_records_of_an_earlier_run_are_not_tasks_of_this_one_s_room():
+    earlier = _opposite_selector(other_kills=0)
+    s = make_sizer("select", worker=WORKER)
+    s.restore(earlier.state())  # 5 records of "many", 40 of "split"
+    s.running.submit("split", 60)
+    s.chosen("split")  # learns what is queued
+    assert s._allowed("split") == pytest.approx(WORKFLOW_BUDGET)  # 4.5 kills over 60 tasks
+    s.observe(_opposite(0))
+    s.chosen("split")
+    assert s._allowed("split") == pytest.approx(WORKFLOW_BUDGET * 60 / 59)
+
+
+def test_bucketing_is_chosen_only_past_its_sampling_phase():
+    """Before its 10th record, bucketing gives cctools' default, not what it learnt."""
+    sampling = _opposite_selector(other_kills=0, recorded=SAMPLING - 1)
+    assert sampling.chosen("split").name == "budget"
+    bucketing = _opposite_selector(other_kills=0, recorded=SAMPLING)
+    assert bucketing.chosen("split").name == "greedy-det"
 
 
 def test_records_that_ran_no_time_score_candidates_until_one_that_ran_comes():

@@ -7,7 +7,7 @@ shifted add on each prefix array; every statistic of a contiguous range of
 records (its weight, its weighted mean) is then a difference of two prefix sums,
 so a re-bucketing costs a few numpy passes instead of the C code's list walks.
 
-The first 10 records are the sampling phase: a task gets the default, doubled
+Before :data:`SAMPLING` records, the sampling phase: a task gets the default, doubled
 (from the default) past every value it exhausted. From the 10th record on, the
 buckets are recomputed from all records whenever a record arrived since the
 last prediction (cctools recomputes inside every add; the result is the same).
@@ -30,6 +30,8 @@ from learners.sizing.growing import Growing
 
 DEFAULTS: dict[Resource, float] = {"cores": 1.0, "memory": 1000.0, "disk": 1000.0, "wall": 60.0}
 """cctools' defaults for the sampling phase (wall time is ours: cctools does not size it)."""
+SAMPLING = 10
+"""Records of a resource's sampling phase: cctools buckets from the 10th on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +349,7 @@ class Bucketing:
         rng: np.random.Generator,
         *,
         deterministic: bool = False,
-        sampling: int = 10,
+        sampling: int = SAMPLING,
         rate: float = 2.0,
         max_buckets: int = 10,
     ) -> None:

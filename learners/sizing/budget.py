@@ -35,8 +35,10 @@ cores that no task takes, and ends the later for nothing (nf-core methylseq's la
 
 A retry gets the largest value seen, grown toward twice what the killed attempt reached
 (a monitor reports the first sample above the limit, often just above it) by the chance
-``1 / k`` that the task exceeds the ``k`` records above what it reached; with no record
-above, twice what it reached.
+``1 / k`` that the task exceeds the ``k`` records at or above what it reached (a record
+equal to it is a task that needed as much: bioblast's Split tasks all reach 1,304 MB,
+and a kill reporting exactly that was retried at twice it); with none, twice what it
+reached.
 
 A workflow whose tasks change size in phases (the bucketing paper's trimodal workflow)
 kills a whole wave of tasks sized for the phase before, memory within seconds and disk
@@ -281,18 +283,18 @@ class BudgetCategory:
     def retry(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
     ) -> float:
-        """From the records above what the killed attempt reached; in a shift, from the
+        """From the records at or above what the killed attempt reached; in a shift, from the
         successes since (the values killed attempts reached are no bound of this task's
         need), never below the shift's floor."""
         points, floor = self.peaks[resource], 0.0
         if self.shift is not None and resource in self.shift.base:
             points = self.shift.succeeded.get(resource) or Points()
             floor = self.shift.floor(resource)
-        above = points.n - int(np.searchsorted(points.values, measured, side="right"))
-        if not above:
+        as_much = points.n - int(np.searchsorted(points.values, measured, side="left"))
+        if not as_much:
             return max(floor, 2 * measured)
         top = float(points.values[-1])
-        return max(floor, top, min(2 * measured, top * (1.0 + 1.0 / above)))
+        return max(floor, top, min(2 * measured, top * (1.0 + 1.0 / as_much)))
 
     def alongside(self, resource: Resource, measured: float, grown: float) -> dict[Resource, float]:
         """The other killing resources of a retry whose ``resource`` grew to ``grown``: in a
