@@ -126,10 +126,6 @@ class Profile:
     def need(self, t: float) -> int:
         return sum(s.width for s in self.spans if s.start <= t < s.end)
 
-    def first_above(self, cores: int) -> float:
-        """When the run first needs more than ``cores`` (inf: never)."""
-        return next((t for t in self.points if self.need(t) > cores), math.inf)
-
     def levels(self, since: float) -> set[int]:
         """The widths needed from ``since`` on: where a new width is cut into units, so that
         each unit can be released where the width falls to its lower edge."""

@@ -77,8 +77,6 @@ def test_the_profile_sums_the_widths_of_the_stages_running_at_once():
     spans = [Span("a", 0, 100, 28), Span("b", 100, 300, 1), Span("c", 300, math.inf, 28)]
     profile = Profile.of(0.0, spans)
     assert [profile.need(t) for t in profile.points] == [28, 1, 28]
-    assert profile.first_above(1) == 0.0
-    assert profile.first_above(28) == math.inf
     assert profile.stages_from(150) == ("b", "c")
 
 

@@ -20,7 +20,7 @@ from learners.resources import Resources
 from orchestrator.agent import protocol, taskrun
 from orchestrator.agent.attempt import AttemptSpec, Outcome
 from orchestrator.agent.monitor import Monitor, MonitorConfig
-from orchestrator.agent.taskrun import STDOUT, Runner, RunnerConfig, expand_command, sandbox_name
+from orchestrator.agent.taskrun import STDOUT, Runner, RunnerConfig, sandbox_name
 from orchestrator.agent.worker import (
     EXIT_MANAGER_GONE,
     EXIT_REFUSED,
@@ -34,6 +34,7 @@ from orchestrator.agent.worker import (
     make_options,
 )
 from orchestrator.manager import Manager
+from workflows.template import render
 
 SECRET = bytes(range(100, 132))
 FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
@@ -279,24 +280,12 @@ async def test_templated_parameters_reach_the_task_verbatim(tmp_path):
     config = RunnerConfig(root=tmp_path / "sb", keep_sandboxes="always")
     runner = Runner(config, Monitor(FAST), environ=environ)
     hostile = ["x y; touch pwned", "$(touch pwned)", "`touch pwned`", 'it\'s "quoted"', "a\nb", ""]
-    values = {f"p{i}": v for i, v in enumerate(hostile)}
-    template = "printf '%s\\0' " + " ".join(f"{{p{i}}}" for i in range(len(hostile)))
-    task = spec("quote", expand_command(template, values) + f" > {tmp_path}/out")
+    words = [render("{item}", stage="quote", index=0, item=value) for value in hostile]
+    task = spec("quote", "printf '%s\\0' " + " ".join(words) + f" > {tmp_path}/out")
     result = await runner.run(task)
     assert result.outcome is Outcome.SUCCESS, result
     assert (tmp_path / "out").read_bytes().split(b"\0")[:-1] == [v.encode() for v in hostile]
     assert not list(tmp_path.rglob("pwned"))
-
-
-def test_a_template_naming_an_unknown_parameter_is_an_error():
-    with pytest.raises(ValueError, match=r"unknown parameter \{sample\}"):
-        expand_command("run {item} {sample}", {"item": "a"})
-
-
-def test_shell_braces_are_not_parameters():
-    template = "awk '{print $1}' {item} > ${HOME}/{a,b}.txt"
-    expected = "awk '{print $1}' 'x y' > ${HOME}/{a,b}.txt"
-    assert expand_command(template, {"item": "x y"}) == expected
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")

@@ -24,11 +24,3 @@ def data_dir() -> Path:
             return path
     tried = ", ".join(str(p) for p in candidates)
     raise DataNotFound(f"trace data not found (tried {tried}); set LEADTIME_DATA")
-
-
-def data_file(relative: str) -> Path:
-    """A file under the data directory, e.g. ``swf/HPC2N-2002-2.2-cln.swf.gz``."""
-    path = data_dir() / relative
-    if not path.exists():
-        raise DataNotFound(f"{path} does not exist")
-    return path

@@ -34,7 +34,6 @@ import math
 import os
 import re
 import resource
-import shlex
 import shutil
 import signal
 import socket
@@ -100,26 +99,6 @@ class RunnerConfig:
     """Every task of this worker carries it (:mod:`orchestrator.agent.lineage`)."""
     node: str = field(default_factory=socket.gethostname)
     """This host, where kept sandboxes stay unless moved to ``keep_to``."""
-
-
-_PARAMETER = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def expand_command(template: str, values: Mapping[str, object]) -> str:
-    """``template`` with each ``{name}`` replaced by its value, quoted for the shell.
-
-    A value is always one word to the shell, whatever characters it holds.
-    Only ``{identifier}`` is a parameter: shell braces such as ``${HOME}``,
-    ``{a,b}`` or awk's ``'{print $1}'`` stay as they are.
-    """
-
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in values:
-            raise ValueError(f"command template refers to unknown parameter {{{name}}}")
-        return shlex.quote(str(values[name]))
-
-    return _PARAMETER.sub(substitute, template)
 
 
 def sandbox_name(task_id: str, attempt: int) -> str:
