@@ -341,9 +341,10 @@ class Elastic:
                             prediction=prediction,
                         )
                     )
-                notes.append(
-                    f"{needed}: submitting now (planned {duration(ahead)} ahead, no dependency)"
-                )
+                timing = f"{duration(ahead)} ahead"
+                if due < now - DUE:  # needed sooner than its lead: it may well start late
+                    timing = f"late for its lead of {duration(ahead)}"
+                notes.append(f"{needed}: submitting now ({timing}, no dependency)")
             planned += sum(units.elements())
         return Plan(tuple(actions), min(wake, default=None), tuple(notes))
 

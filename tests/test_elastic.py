@@ -89,7 +89,9 @@ def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency
     plan = planner(wait=600.0).decide(0.0, stages, [])
     (now,) = of(Submit, plan)
     assert now.allocation.cores == 1 and now.after == ()
-    assert "1 core needed at t+0 s: submitting now" in plan.notes[0]
+    assert plan.notes[0].endswith(
+        "1 core needed at t+0 s: submitting now (late for its lead of 10 min, no dependency)"
+    )
     assert now.allocation.memory_mb == 8000  # the narrow stages' memory
     # The 27 cores the second stage adds are due 600 s before it starts.
     assert plan.wake_at == pytest.approx(1300.0 - 600.0)
@@ -108,6 +110,9 @@ def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency
     later = planner(wait=600.0).decide(700.0, stages, [unit("u0", 1, allocation=NARROW)])
     (added,) = of(Submit, later)
     assert added.allocation.cores == 27 and added.after == ()
+    assert "27 cores needed at t+21 min 40 s: submitting now (10 min ahead, no dependency)" in (
+        later.notes
+    )
     assert added.predicted_wait == 600.0
 
 
