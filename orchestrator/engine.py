@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +26,7 @@ from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.agent.protocol import lost
 from orchestrator.events import AttemptEnded, Event, JobChanged, Tick, WorkerJoined
 from orchestrator.planner import Cancel, Planner, Release, Submit
-from orchestrator.pool import Pool, Worker
+from orchestrator.pool import Pool, Told, Worker
 from orchestrator.recorder import Recorder
 from orchestrator.runs import HEARTBEAT_S, Manager, SavedRun
 from orchestrator.runs import RunState as Status
@@ -482,24 +482,22 @@ class Engine:
     # ---- attempts -------------------------------------------------------------
 
     def _launch(self, worker: Worker, spec: AttemptSpec) -> None:
-        self._report(worker, spec, worker.run(spec))
+        worker.start(spec, self._told(worker, spec))
 
     def _follow(self, worker: Any, spec: AttemptSpec, since: float) -> None:
-        self._report(worker, spec, worker.follow(spec.key, since))
+        worker.follow(spec.key, since, self._told(worker, spec))
 
-    def _report(self, worker: Any, spec: AttemptSpec, result: Awaitable[AttemptResult]) -> None:
-        """Post the attempt's end when its worker tells it."""
-        future = asyncio.ensure_future(result)  # a future (simulated workers) stays itself
+    def _told(self, worker: Any, spec: AttemptSpec) -> Told:
+        """Where ``worker`` tells how attempt ``spec`` ended: posted as an event. Until then
+        the attempt is unanswered (the run's end stops it on its worker)."""
         key = spec.key
         self._unanswered[key] = (worker, spec)
 
-        def ended(done: asyncio.Future[AttemptResult]) -> None:
+        def told(result: AttemptResult) -> None:
             self._unanswered.pop(key, None)
-            if not done.cancelled():
-                self.post(AttemptEnded(worker, spec, done.result()))
+            self.post(AttemptEnded(worker, spec, result))
 
-        self._follow_future(future)
-        future.add_done_callback(ended)
+        return told
 
     def _given_up(self, worker: Any, spec: AttemptSpec, why: str) -> None:
         """Record attempt ``spec`` lost, ``why`` its worker cannot tell how it ended."""
@@ -579,6 +577,8 @@ class Engine:
         await self._settle(unreleased=frozenset(failed))
         for task in self._inflight:
             task.cancel()
+        for worker, spec in list(self._unanswered.values()):
+            worker.stop(spec.key)
         if self.sizing is not None:
             await self.sizing.save(self.store, final=True)
         if self.state.end_t is None:

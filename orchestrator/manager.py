@@ -2,8 +2,8 @@
 
 :class:`Manager` listens on one address, proves itself to each connecting
 worker and makes it prove itself (see :mod:`orchestrator.agent.protocol`), then
-exposes it as a :class:`RemoteWorker` whose ``run(spec)`` sends an attempt
-and returns its result. A bad frame, a failed handshake or a stranger closes
+exposes it as a :class:`RemoteWorker` whose ``start(spec, told)`` sends an
+attempt and tells its result. A bad frame, a failed handshake or a stranger closes
 that one connection, never the server.
 
 A worker that disconnects or stays silent past the timeout keeps its attempts
@@ -22,13 +22,13 @@ import logging
 import math
 import socket
 from collections.abc import Callable
-from functools import partial
 
 from backends import clock
 from learners.resources import Resources
 from orchestrator.agent import protocol
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.agent.protocol import Channel, ProtocolError, Registration, lost
+from orchestrator.pool import Told
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ class RemoteWorker:
     """A registered worker, as the pool sees it.
 
     ``end_time`` is on the running loop's clock (``inf`` when the worker did
-    not say). ``run`` may be called many times concurrently; cancelling a
-    ``run`` call cancels the attempt on the worker.
+    not say). It runs many attempts at once; :meth:`stop` (or cancelling
+    :meth:`run`'s future) stops one on the worker.
     """
 
     queues = True
@@ -68,7 +68,8 @@ class RemoteWorker:
         """True once the worker takes no more tasks (asked to drain, or its pilot ends soon)."""
         self._channel: Channel | None = channel
         """None while the worker is absent (disconnected, not yet gone)."""
-        self._pending: dict[tuple[str, int], tuple[asyncio.Future[AttemptResult], float]] = {}
+        self._pending: dict[tuple[str, int], tuple[Told, float]] = {}
+        """The attempts sent and not yet answered: whom to tell, and when each was sent."""
         self._gone: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._absence: asyncio.TimerHandle | None = None
         self._unconfirmed: set[tuple[str, int]] = set()
@@ -97,10 +98,9 @@ class RemoteWorker:
         """The attempts sent and not yet answered, and when each was sent (loop clock)."""
         return {key: start for key, (_, start) in self._pending.items()}
 
-    def run(self, spec: AttemptSpec) -> asyncio.Future[AttemptResult]:
-        """Run ``spec`` on this worker: the future of its result, LOST if the worker leaves
-        first; cancelling the future stops the attempt there. A future, not a coroutine:
-        no task per attempt.
+    def start(self, spec: AttemptSpec, told: Told) -> None:
+        """Run ``spec`` on this worker; ``told`` its result, once: LOST if the worker leaves
+        first, at once if it takes no attempts now.
 
         Raises ValueError for a spec the worker would refuse as malformed (which
         would cost the whole connection) or one already running here.
@@ -114,32 +114,41 @@ class RemoteWorker:
             raise ValueError(f"attempt {spec.attempt} of {spec.task_id}: {e}") from None
         if not self.accepting or self._channel is None:
             reason = "worker is draining" if self.alive else f"worker left: {self._gone.result()}"
-            return _done(lost(spec.task_id, spec.attempt, 0.0, reason))
-        future = self._expect(key, clock.now())
+            told(lost(spec.task_id, spec.attempt, 0.0, reason))
+            return
+        self._pending[key] = (told, clock.now())
         self._channel.post("run", protocol.spec_item(spec))
-        return future
 
-    def follow(self, key: tuple[str, int], since: float) -> asyncio.Future[AttemptResult]:
-        """The result of an attempt this worker was already running (sent ``since``, on the
-        loop clock): the worker reports it, or says it no longer has it."""
-        if not self.alive:
-            return _done(lost(*key, clock.now() - since, f"worker left: {self._gone.result()}"))
-        entry = self._pending.get(key)
-        return entry[0] if entry is not None else self._expect(key, since)
-
-    def _expect(self, key: tuple[str, int], since: float) -> asyncio.Future[AttemptResult]:
+    def run(self, spec: AttemptSpec) -> asyncio.Future[AttemptResult]:
+        """:meth:`start` ``spec``, for a caller that awaits its result: cancelling the future
+        stops the attempt."""
         future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
-        self._pending[key] = (future, since)
-        future.add_done_callback(partial(self._given_up, key))
+
+        def told(result: AttemptResult) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        def given_up(done: asyncio.Future[AttemptResult]) -> None:
+            entry = self._pending.get(spec.key)
+            if done.cancelled() and entry is not None and entry[0] is told:
+                self.stop(spec.key)
+
+        self.start(spec, told)
+        future.add_done_callback(given_up)
         return future
 
-    def _given_up(self, key: tuple[str, int], future: asyncio.Future[AttemptResult]) -> None:
-        """A result nobody waits for any more (its future cancelled): the worker stops it."""
-        entry = self._pending.get(key)
-        if future.cancelled() and entry is not None and entry[0] is future:
-            del self._pending[key]
-            if self._channel is not None:
-                self._channel.post("cancel", protocol.key_item(*key))
+    def follow(self, key: tuple[str, int], since: float, told: Told) -> None:
+        """An attempt this worker was already running (sent ``since``, on the loop clock):
+        ``told`` its result when the worker reports it, or says it no longer has it."""
+        if not self.alive:
+            told(lost(*key, clock.now() - since, f"worker left: {self._gone.result()}"))
+            return
+        self._pending[key] = (told, since)
+
+    def stop(self, key: tuple[str, int]) -> None:
+        """Nobody waits for attempt ``key`` any more: the worker stops it."""
+        if self._pending.pop(key, None) is not None and self._channel is not None:
+            self._channel.post("cancel", protocol.key_item(*key))
 
     async def drain(self) -> str:
         """Let the running attempts finish, then release the worker; why it left."""
@@ -167,8 +176,8 @@ class RemoteWorker:
             entry = self._pending.pop((result.task_id, result.attempt), None)
             if entry is None:
                 log.debug("%s: nobody waits for %s.%d", self.id, result.task_id, result.attempt)
-            elif not entry[0].done():
-                entry[0].set_result(result)
+            else:
+                entry[0](result)
 
     def _attached(self, running: set[tuple[str, int]]) -> None:
         """The worker, registered again, runs ``running`` now (its results came before)."""
@@ -176,9 +185,8 @@ class RemoteWorker:
         unconfirmed, self._unconfirmed = self._unconfirmed, set()
         for key in unconfirmed - running:
             if key in self._pending:
-                future, start = self._pending.pop(key)
-                if not future.done():
-                    future.set_result(lost(*key, now - start, "the worker no longer ran it"))
+                told, start = self._pending.pop(key)
+                told(lost(*key, now - start, "the worker no longer ran it"))
         for key in running - self._pending.keys():  # given up on meanwhile, or never ours
             if self._channel is not None:
                 self._channel.post("cancel", protocol.key_item(*key))
@@ -217,14 +225,10 @@ class RemoteWorker:
         if vanished is not None and vanished != reason:
             reason = f"{vanished}, then {reason}"
         held = frozenset(task_id for task_id, _ in pending)
-        for (task_id, attempt), (future, start) in pending.items():
-            if not future.done():
-                why = f"worker left: {reason}"
-                beside = held - {task_id} if vanished is not None else frozenset()
-                ended = lost(
-                    task_id, attempt, now - start, why, vanished=vanished is not None, beside=beside
-                )
-                future.set_result(ended)
+        why, vanishes = f"worker left: {reason}", vanished is not None
+        for (task_id, attempt), (told, start) in pending.items():
+            beside = held - {task_id} if vanishes else frozenset()
+            told(lost(task_id, attempt, now - start, why, vanished=vanishes, beside=beside))
 
 
 class Manager:
@@ -290,7 +294,6 @@ class Manager:
             registration = Registration(worker_id, "", "", 0, Resources(), None)
             worker = self._expected[worker_id] = RemoteWorker(None, registration)
             worker._disconnect("did not come back", self.reattach_s, self._gone(worker))
-        worker._expect(key, since)
         return worker
 
     async def close(self) -> None:
@@ -358,8 +361,6 @@ class Manager:
         worker = RemoteWorker(channel, registration)
         if expected is not None:  # a worker of the run this manager resumed
             worker._pending, expected._pending = expected._pending, {}
-            for key, (future, _) in worker._pending.items():
-                future.add_done_callback(partial(worker._given_up, key))
             worker._unconfirmed = set(worker._pending)
             expected._leave("registered")
         self.workers[worker.id] = worker
@@ -430,10 +431,3 @@ class Manager:
             callback(*args)
         except Exception:
             log.exception("a worker callback failed")
-
-
-def _done(result: AttemptResult) -> asyncio.Future[AttemptResult]:
-    """A future that holds ``result`` already."""
-    future: asyncio.Future[AttemptResult] = asyncio.get_running_loop().create_future()
-    future.set_result(result)
-    return future

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Awaitable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Protocol
@@ -31,6 +31,12 @@ AHEAD_DEPTH = 16
 asks for less when its tasks are longer, ``runstate.AHEAD_S``): enough that it has work
 while the manager gathers a pass's results (``engine.GATHER_S``) and the worker's results
 linger for company (``worker.RESULT_LINGER_S``), for tasks of a few milliseconds."""
+
+
+Told = Callable[[AttemptResult], None]
+"""Where a worker tells how an attempt ended: a call, not a future, as the engine takes every
+result in as an event (a future and its three callbacks per attempt were an eighth of the
+manager's function calls per task)."""
 
 
 class Worker(Protocol):
@@ -52,7 +58,13 @@ class Worker(Protocol):
         """Takes new attempts (a worker stops a while before its pilot ends)."""
         ...
 
-    def run(self, spec: AttemptSpec) -> Awaitable[AttemptResult]: ...
+    def start(self, spec: AttemptSpec, told: Told) -> None:
+        """Run ``spec``; ``told`` its result once (LOST if the worker goes first)."""
+        ...
+
+    def stop(self, key: Key) -> None:
+        """Nobody waits for attempt ``key`` any more: it is stopped, and told of to nobody."""
+        ...
 
 
 @dataclass

@@ -29,6 +29,7 @@ from learners.replay import TraceTask
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome
+from orchestrator.pool import Told
 from workflows.spec import Simulation, Task, Workflow
 from workflows.synthetic import Distribution
 from workflows.traces import load_trace
@@ -117,7 +118,7 @@ def simulate_attempt(truth: TaskTruth, allocation: Resources) -> SimulatedEnd:
 
 @dataclass(slots=True)
 class _Running:
-    future: asyncio.Future[AttemptResult]
+    told: Told
     timer: asyncio.TimerHandle
     start: float
 
@@ -144,9 +145,8 @@ class SimWorker:
         self._truths = truths
         self._running: dict[tuple[str, int], _Running] = {}
 
-    def run(self, spec: AttemptSpec) -> asyncio.Future[AttemptResult]:
-        """The attempt's end, due when its simulated run is over (a future, not a coroutine:
-        the engine follows it without a task of its own)."""
+    def start(self, spec: AttemptSpec, told: Told) -> None:
+        """``told`` the attempt's end when its simulated run is over."""
         truth = self._truths[spec.task_id]
         end = simulate_attempt(truth, spec.allocation)
         series = truth.memory_series if end.outcome == Outcome.SUCCESS else None
@@ -163,26 +163,24 @@ class SimWorker:
         loop = asyncio.get_running_loop()
         key = spec.key
         now = clock.now()
-        running = _Running(
-            loop.create_future(), loop.call_at(now + end.duration, self._finish, key, result), now
-        )
-        self._running[key] = running
-        return running.future
+        timer = loop.call_at(now + end.duration, self._finish, key, result)
+        self._running[key] = _Running(told, timer, now)
+
+    def stop(self, key: tuple[str, int]) -> None:
+        running = self._running.pop(key, None)
+        if running is not None:
+            running.timer.cancel()
 
     def _finish(self, key: tuple[str, int], result: AttemptResult) -> None:
-        running = self._running.pop(key)
-        if not running.future.done():
-            running.future.set_result(result)
+        self._running.pop(key).told(result)
 
     def lose(self) -> None:
         """The node's pilot ended: every running attempt is lost."""
         now = clock.now()
-        for (task_id, attempt), running in self._running.items():
-            running.timer.cancel()
-            if not running.future.done():
-                used = Resources(wall=now - running.start)
-                running.future.set_result(AttemptResult(task_id, attempt, Outcome.LOST, used))
-        self._running.clear()
+        running, self._running = self._running, {}
+        for (task_id, attempt), run in running.items():
+            run.timer.cancel()
+            run.told(AttemptResult(task_id, attempt, Outcome.LOST, Resources(wall=now - run.start)))
 
 
 class SimulatedWorkers:

@@ -37,6 +37,15 @@ from orchestrator.manager import Manager
 from workflows.template import render
 
 SECRET = bytes(range(100, 132))
+
+
+def followed(worker, key, since):
+    """The result of the attempt ``key`` a worker was running, as a future."""
+    future = asyncio.get_running_loop().create_future()
+    worker.follow(key, since, future.set_result)
+    return future
+
+
 FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
 SMALL = Resources(1, 200, 50)
 SECRET_ENVIRON = {protocol.SECRET_ENV: SECRET.hex()}
@@ -680,7 +689,7 @@ async def test_a_worker_that_began_to_leave_while_no_manager_listened_finishes_i
             on_leave=lambda worker, reason: left.put_nowait((worker, reason)),
         )
         key = ("slow", 0)
-        follow = resumed.expect("w1", key, clock.now()).follow(key, clock.now())
+        follow = followed(resumed.expect("w1", key, clock.now()), key, clock.now())
         async with resumed:
             manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
             assert (await asyncio.wait_for(follow, 10)).outcome is Outcome.SUCCESS
@@ -742,7 +751,7 @@ async def test_a_resuming_manager_takes_over_what_its_workers_ran(tmp_path):
         resumed = Manager(SECRET, heartbeat_s=0.1, reattach_s=5.0)
         now = clock.now()
         keys = (("quick", 0), ("slow", 0), ("never", 0))
-        follows = [resumed.expect("w1", key, now).follow(key, now) for key in keys]
+        follows = [followed(resumed.expect("w1", key, now), key, now) for key in keys]
         async with resumed:
             manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
             results = {r.task_id: r for r in await asyncio.wait_for(asyncio.gather(*follows), 10)}
@@ -773,7 +782,7 @@ async def test_a_resuming_manager_takes_over_an_attempt_still_waiting(tmp_path):
         resumed = Manager(SECRET, heartbeat_s=0.1, reattach_s=5.0)
         now = clock.now()
         keys = (("first", 0), ("next", 0))
-        follows = [resumed.expect("w1", key, now).follow(key, now) for key in keys]
+        follows = [followed(resumed.expect("w1", key, now), key, now) for key in keys]
         async with resumed:
             manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
             results = await asyncio.wait_for(asyncio.gather(*follows), 10)
