@@ -1,6 +1,6 @@
 """Dispatch throughput: N no-op commands (``true``) on W local workers, leadtime against peers.
 
-python bench/dispatch.py [--tasks N] [--workers W] [--json] [--only leadtime|parsl|dask]
+python bench/dispatch.py [--tasks N] [--workers W] [--calls] [--json] [--only leadtime|parsl|dask]
 
 leadtime runs a workflow of N ``true`` tasks through the real engine on the local backend
 (one pilot of W workers of one core, each task declaring one core); Parsl runs N bash
@@ -16,12 +16,17 @@ in hand; ``startup_s`` is the time before that (starting workers, and for leadti
 submitting its pilot). ``manager_cpu_ms_per_task`` is the CPU time (user + system, all
 threads) of leadtime's manager process over the whole run, divided by N; the workers'
 CPU is not in it. The manager collects garbage as ``leadtime`` sets it, the peers as Python's
-defaults do. Parsl and Dask need ``pip install 'leadtime[bench]'``.
+defaults do. ``--calls`` also counts the function calls leadtime's manager makes per task, in a
+second run under Python's profiler (``manager_calls_per_task``): a measure of its work that the
+load of a shared machine does not move, where its CPU time per task varies by a quarter from run
+to run. Parsl and Dask need ``pip install 'leadtime[bench]'``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
 import gc
 import json
 import os
@@ -44,7 +49,9 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure_leadtime(tasks: int, workers: int) -> dict[str, object]:
+def measure_leadtime(tasks: int, workers: int, calls: bool = False) -> dict[str, object]:
+    """leadtime's row; with ``calls``, only its manager's function calls per task, counted
+    by the profiler (which slows the run: its times are not reported)."""
     from backends.local import LocalOptions
     from orchestrator.session import RunConfig, collect_less, execute
     from orchestrator.store import Store
@@ -76,11 +83,13 @@ def measure_leadtime(tasks: int, workers: int) -> dict[str, object]:
         async def main():
             async with await Store.open(Path(tmp) / "store.db") as store:
                 cpu, start = cpu_seconds(), clock.now()
-                summary = await execute(workflow, config, store)
+                with profiling:
+                    summary = await execute(workflow, config, store)
                 cpu, wall = cpu_seconds() - cpu, clock.now() - start
                 attempts = await store.rows("attempts", {"run_id": summary.run_id})
             return summary, attempts, cpu, wall
 
+        profiling = cProfile.Profile() if calls else contextlib.nullcontext()
         collected = gc.get_threshold()
         collect_less()  # as the command line does; the peers measured after keep Python's
         try:
@@ -89,6 +98,9 @@ def measure_leadtime(tasks: int, workers: int) -> dict[str, object]:
             gc.set_threshold(*collected)
     if summary.status != "done":
         raise RuntimeError(f"leadtime's run {summary.status}: {summary.error}")
+    if calls:
+        made = sum(entry.callcount for entry in profiling.getstats())
+        return {"system": "leadtime", "tasks": tasks, "manager_calls_per_task": made / tasks}
     first = min(a["start_t"] for a in attempts)
     span = max(a["end_t"] for a in attempts) - first
     return {
@@ -176,9 +188,10 @@ MEASURES = {"leadtime": measure_leadtime, "parsl": measure_parsl, "dask": measur
 MISSING = "not installed: pip install 'leadtime[bench]'"
 
 
-def run_isolated(system: str, tasks: int, workers: int) -> dict[str, object]:
+def run_isolated(system: str, tasks: int, workers: int, calls: bool) -> dict[str, object]:
     """One system's row, measured in a fresh interpreter (its CPU time its own)."""
     only = ["--only", system, "--tasks", str(tasks), "--workers", str(workers), "--json"]
+    only += ["--calls"] if calls else []
     done = subprocess.run(
         [sys.executable, __file__, *only],
         capture_output=True,
@@ -191,9 +204,12 @@ def run_isolated(system: str, tasks: int, workers: int) -> dict[str, object]:
     return json.loads(done.stdout)[0]
 
 
-def measure_here(system: str, tasks: int, workers: int) -> dict[str, object]:
+def measure_here(system: str, tasks: int, workers: int, calls: bool) -> dict[str, object]:
     try:
-        return MEASURES[system](tasks, workers)
+        row = MEASURES[system](tasks, workers)
+        if calls:  # leadtime's: a second run, profiled
+            row |= measure_leadtime(tasks, workers, calls=True)
+        return row
     except ImportError as e:
         return {"system": system, "tasks": tasks, "error": f"{MISSING} ({e.name})"}
 
@@ -217,6 +233,8 @@ def show(rows: list[dict[str, object]]) -> None:
         )
         if "manager_cpu_ms_per_task" in row:
             line += f"   manager CPU {row['manager_cpu_ms_per_task']:.3f} ms/task"
+        if "manager_calls_per_task" in row:
+            line += f", {row['manager_calls_per_task']:.0f} calls/task"
         if "ratio_to_best_peer" in row:
             line += f"   {row['ratio_to_best_peer']:.2f}x the faster peer"
         print(line)
@@ -227,16 +245,24 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=2, help="workers, one core each")
     parser.add_argument("--only", choices=SYSTEMS, help="measure one system, in this process")
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="also count leadtime's manager's function calls per task (a second, profiled run)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.tasks < 1:
         parser.error("--tasks must be at least 1")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.calls and args.only not in (None, "leadtime"):
+        parser.error("--calls counts leadtime's calls: not with --only " + args.only)
     if args.only:
-        rows = [measure_here(args.only, args.tasks, args.workers)]
+        rows = [measure_here(args.only, args.tasks, args.workers, args.calls)]
     else:
-        rows = with_ratio([run_isolated(s, args.tasks, args.workers) for s in SYSTEMS])
+        calls = {s: args.calls and s == "leadtime" for s in SYSTEMS}
+        rows = with_ratio([run_isolated(s, args.tasks, args.workers, calls[s]) for s in SYSTEMS])
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
