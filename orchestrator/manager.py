@@ -226,9 +226,13 @@ class RemoteWorker:
             reason = f"{vanished}, then {reason}"
         held = frozenset(task_id for task_id, _ in pending)
         why, vanishes = f"worker left: {reason}", vanished is not None
+        # Told once the worker's leave is (the manager's ``on_leave`` comes next): else the
+        # room of a running attempt told lost first would start one that waited here.
+        loop = asyncio.get_running_loop()
         for (task_id, attempt), (told, start) in pending.items():
             beside = held - {task_id} if vanishes else frozenset()
-            told(lost(task_id, attempt, now - start, why, vanished=vanishes, beside=beside))
+            ended = lost(task_id, attempt, now - start, why, vanished=vanishes, beside=beside)
+            loop.call_soon(told, ended)
 
 
 class Manager:

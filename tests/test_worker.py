@@ -791,6 +791,19 @@ async def test_a_resuming_manager_takes_over_an_attempt_still_waiting(tmp_path):
             await resumed.workers["w1"].shutdown()
 
 
+async def test_a_worker_that_leaves_is_heard_gone_before_its_attempts_come_back_lost():
+    """In that order, the engine does not take an attempt that waited on the worker for one
+    that ran there when the running one's room frees (a node's crash would count against it)."""
+    heard = []
+    manager = Manager(SECRET, reattach_s=0.05, on_leave=lambda worker, why: heard.append(why))
+    now = clock.now()
+    for key in (("running", 0), ("waiting", 0)):
+        worker = manager.expect("w1", key, now)
+        worker.follow(key, now, lambda result: heard.append(result.task_id))
+    await asyncio.sleep(0.3)
+    assert heard == ["did not come back", "running", "waiting"]
+
+
 async def test_a_worker_gives_up_without_a_manager(tmp_path):
     async with Cluster(tmp_path) as cluster:
         _, worker = await cluster.agent(connect_timeout_s=0.5)
