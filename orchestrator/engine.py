@@ -102,9 +102,9 @@ class WorkerSource(Protocol):
         workers are gone, or sent away."""
         ...
 
-    def expect(self, worker_id: str, key: tuple[str, int], since: float) -> Any:
-        """A resumed run: the worker that was running attempt ``key`` (sent ``since``); its
-        ``follow(key, since)`` gives the attempt's result."""
+    def expect(self, worker_id: str) -> Any:
+        """A resumed run: the worker that was running some of its attempts; its
+        ``follow(key, since, told)`` tells how each ended."""
         ...
 
 
@@ -250,7 +250,7 @@ class Engine:
                 stage = state.stage_of(spec.task_id)
                 started = stage.running.get(spec.key, state.now)  # or waits
                 since = min(now, state.t0 + started)
-                worker = self.source.expect(worker_id, spec.key, since)
+                worker = self.source.expect(worker_id)
                 self._follow(worker, spec, since)
 
     def summary(self) -> RunSummary:

@@ -289,10 +289,10 @@ class Manager:
         log.info("manager listening on %s:%d", *self.address)
         return self.address
 
-    def expect(self, worker_id: str, key: tuple[str, int], since: float) -> RemoteWorker:
-        """A worker of the run this manager resumes, which was running attempt ``key`` (sent
-        ``since``, on the loop clock): it counts as absent until it registers; ``follow`` its
-        attempts. Unless it registers within ``reattach_s``, they come back LOST."""
+    def expect(self, worker_id: str) -> RemoteWorker:
+        """A worker of the run this manager resumes, which was running some of its attempts:
+        it counts as absent until it registers; ``follow`` its attempts. Unless it registers
+        within ``reattach_s``, they come back LOST."""
         worker = self.absent.get(worker_id) or self._expected.get(worker_id)
         if worker is None:
             registration = Registration(worker_id, "", "", 0, Resources(), None)

@@ -44,9 +44,9 @@ class RemoteWorkers:
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
 
-    def expect(self, worker_id: str, key: tuple[str, int], since: float) -> RemoteWorker:
-        """A resumed run's attempt ``key`` still running on worker ``worker_id``."""
-        return self.manager.expect(worker_id, key, since)
+    def expect(self, worker_id: str) -> RemoteWorker:
+        """Worker ``worker_id``, which ran attempts of a resumed run."""
+        return self.manager.expect(worker_id)
 
     def _joined(self, worker: RemoteWorker) -> None:
         if self._post is None:

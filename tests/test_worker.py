@@ -37,6 +37,9 @@ from orchestrator.manager import Manager
 from workflows.template import render
 
 SECRET = bytes(range(100, 132))
+FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
+SMALL = Resources(1, 200, 50)
+SECRET_ENVIRON = {protocol.SECRET_ENV: SECRET.hex()}
 
 
 def followed(worker, key, since):
@@ -44,11 +47,6 @@ def followed(worker, key, since):
     future = asyncio.get_running_loop().create_future()
     worker.follow(key, since, future.set_result)
     return future
-
-
-FAST = MonitorConfig(interval_s=0.2, first_sample_s=0.05)
-SMALL = Resources(1, 200, 50)
-SECRET_ENVIRON = {protocol.SECRET_ENV: SECRET.hex()}
 
 
 def spec(task_id: str, command: str, allocation: Resources = SMALL, attempt: int = 0):
@@ -689,7 +687,7 @@ async def test_a_worker_that_began_to_leave_while_no_manager_listened_finishes_i
             on_leave=lambda worker, reason: left.put_nowait((worker, reason)),
         )
         key = ("slow", 0)
-        follow = followed(resumed.expect("w1", key, clock.now()), key, clock.now())
+        follow = followed(resumed.expect("w1"), key, clock.now())
         async with resumed:
             manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
             assert (await asyncio.wait_for(follow, 10)).outcome is Outcome.SUCCESS
@@ -751,7 +749,7 @@ async def test_a_resuming_manager_takes_over_what_its_workers_ran(tmp_path):
         resumed = Manager(SECRET, heartbeat_s=0.1, reattach_s=5.0)
         now = clock.now()
         keys = (("quick", 0), ("slow", 0), ("never", 0))
-        follows = [followed(resumed.expect("w1", key, now), key, now) for key in keys]
+        follows = [followed(resumed.expect("w1"), key, now) for key in keys]
         async with resumed:
             manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
             results = {r.task_id: r for r in await asyncio.wait_for(asyncio.gather(*follows), 10)}
@@ -782,7 +780,7 @@ async def test_a_resuming_manager_takes_over_an_attempt_still_waiting(tmp_path):
         resumed = Manager(SECRET, heartbeat_s=0.1, reattach_s=5.0)
         now = clock.now()
         keys = (("first", 0), ("next", 0))
-        follows = [followed(resumed.expect("w1", key, now), key, now) for key in keys]
+        follows = [followed(resumed.expect("w1"), key, now) for key in keys]
         async with resumed:
             manager_file.write_text(f"127.0.0.1:{resumed.address[1]}")
             results = await asyncio.wait_for(asyncio.gather(*follows), 10)
@@ -798,8 +796,7 @@ async def test_a_worker_that_leaves_is_heard_gone_before_its_attempts_come_back_
     manager = Manager(SECRET, reattach_s=0.05, on_leave=lambda worker, why: heard.append(why))
     now = clock.now()
     for key in (("running", 0), ("waiting", 0)):
-        worker = manager.expect("w1", key, now)
-        worker.follow(key, now, lambda result: heard.append(result.task_id))
+        manager.expect("w1").follow(key, now, lambda result: heard.append(result.task_id))
     await asyncio.sleep(0.3)
     assert heard == ["did not come back", "running", "waiting"]
 
