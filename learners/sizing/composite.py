@@ -9,7 +9,7 @@ should decide alone:
   value it reached; the others keep what the failed attempt had, unless a
   :class:`JointLearner` grows them (never shrinks them) with it;
 - a retry that would not grow the exhausted resource doubles it instead;
-- allocations stay within ``[minimum, worker]`` and positive; a task that
+- allocations stay within ``[minimum, worker]`` and at least :data:`SMALLEST`; a task that
   exhausts a whole worker (or a size the user fixed) is :class:`Unfittable`;
 - sizes the user declared always win;
 - with ``prior``, a category's first tasks start from what is known instead of a
@@ -35,8 +35,11 @@ from learners.sizing.budget import BUDGET
 from learners.sizing.history import History
 from learners.sizing.ksegments import Steps
 
-POSITIVE: dict[Resource, float] = {"cores": 0.01, "memory": 1.0, "disk": 1.0, "wall": 1.0}
-"""The smallest allocation of each resource: a learner's 0 (all records 0) becomes this."""
+SMALLEST: dict[Resource, float] = {"cores": 0.01, "memory": 64.0, "disk": 64.0, "wall": 1.0}
+"""The smallest allocation of each resource: a learner's 0 (all records 0) becomes this. A
+memory or disk limit below 64 MB protects no co-tenant, and a small process's measured peak
+varies by more than a learner's margin (a ``sleep 2``, measured at 3.23 MB once as its shell,
+was killed at a learned 3.17 MB)."""
 PRIOR_FLOOR: dict[Resource, float] = {"cores": 1.0, "memory": 1024.0, "disk": 1024.0}
 """The least a category's first tasks get from the prior when the user asks for nothing: one
 core (Slurm's and Nextflow's default per task) and a gigabyte of memory and of disk, so that
@@ -327,14 +330,14 @@ class Composite:
         return found
 
     def _finish(self, task: TaskFeatures, values: Mapping[Resource, float]) -> Resources:
-        """Clamp to [minimum, worker], keep positive, put in the declared sizes."""
+        """Clamp to [minimum, worker], at least SMALLEST, put in the declared sizes."""
         worker = self.capacity(task)
         out: dict[str, float] = {r: 0.0 for r in PACKED}
         out["wall"] = math.inf
         for r in self.resources:
             if r not in task.declared:
                 value = values.get(r, worker[r])
-                out[r] = min(max(value, self.minimum[r], POSITIVE[r]), worker[r])
+                out[r] = min(max(value, self.minimum[r], SMALLEST[r]), worker[r])
         for name, value in task.declared.items():
             if name not in out:
                 known = ", ".join(out)
@@ -408,5 +411,5 @@ class Composite:
         return memory if isinstance(memory, StepLearner) else None
 
     def _clip(self, task: TaskFeatures, steps: Steps) -> Steps:
-        low = max(self.minimum.memory, POSITIVE["memory"])
+        low = max(self.minimum.memory, SMALLEST["memory"])
         return steps.clipped(low, self.capacity(task).memory)
