@@ -26,6 +26,7 @@ from backends.sim.workload import ClusterSpec
 from learners.queue_wait import GEOMETRY_FIELDS, Geometry, QueueWaitLearner
 from learners.resources import Resources
 from learners.sizing import COMPANION, DEFAULT_SIZER, MEMORY_ONLY, SIZERS, split_sizer
+from learners.sizing.composite import SMALLEST
 from orchestrator import backend_flags, human, runs, tasklogs
 from orchestrator.agent import worker as agent
 from orchestrator.backend_flags import Options
@@ -1175,7 +1176,9 @@ def sizers() -> None:
         out.print(f"[bold]{name}[/]{mark}: {what}", highlight=False)
     out.print(
         f"A memory-only sizer ({', '.join(MEMORY_ONLY)}) sizes cores and disk with "
-        f"{COMPANION}, or with the sizer named after a '+': e.g. ksegments+greedy.",
+        f"{COMPANION}, or with the sizer named after a '+': e.g. ksegments+greedy. "
+        f"None gives less than {SMALLEST['memory']:.0f} MB of memory or disk unless a task "
+        "declares it.",
         highlight=False,
     )
 

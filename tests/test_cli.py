@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from backends import clock
+from learners.sizing import DEFAULT_SIZER, SIZERS
 from orchestrator.cli import app
 from workflows.spec import example
 
@@ -262,3 +263,12 @@ def test_ctrl_c_in_a_simulated_run_says_to_run_it_again_not_to_resume(tmp_path):
     assert run.returncode == 130, err
     assert "interrupted: the simulated cluster lived in it; run it again" in err, err
     assert "resume" not in err and "Traceback" not in err
+
+
+def test_sizers_lists_every_sizer_the_default_and_the_smallest_limit():
+    done = CliRunner().invoke(app, ["sizers"], terminal_width=200)
+    assert done.exit_code == 0
+    names = [line.split(":")[0].split(" (")[0] for line in done.output.splitlines()]
+    assert set(SIZERS) <= set(names)
+    assert f"{DEFAULT_SIZER} (default" in done.output
+    assert "None gives less than 64 MB of memory or disk unless a task declares it." in done.output
