@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -114,14 +115,17 @@ class Profile:
     spans: tuple[Span, ...]
     points: tuple[float, ...]
     """Where the width may change, from now on (now first)."""
+    widths: tuple[int, ...]
+    """The width needed at each point."""
 
     @classmethod
     def of(cls, now: float, spans: Sequence[Span], also: Iterable[float] = ()) -> Profile:
         """The profile of ``spans``, its points also at the moments ``also`` (where a unit
         held ends: the width there is acquired again)."""
         ends = (t for s in spans for t in (s.start, s.end))
-        times = {now} | {t for t in itertools.chain(ends, also) if now < t < math.inf}
-        return cls(tuple(spans), tuple(sorted(times)))
+        times = sorted({now} | {t for t in itertools.chain(ends, also) if now < t < math.inf})
+        widths = [sum(s.width for s in spans if s.start <= t < s.end) for t in times]
+        return cls(tuple(spans), tuple(times), tuple(widths))
 
     def need(self, t: float) -> int:
         return sum(s.width for s in self.spans if s.start <= t < s.end)
@@ -179,20 +183,25 @@ def split(low: int, high: int, cuts: set[int], size: int, task: int = 1) -> list
 
 @dataclass
 class Kept:
-    """The units a pass keeps, each until its fate: the cores they hold at a moment. Every
-    unit kept counts now, whatever its fate; later, only those kept until then, so a width
-    needed after a unit goes is acquired again, and kept once acquired."""
+    """The units a pass keeps, each until its fate: the cores they hold at each of a
+    profile's points. Every unit kept counts now, whatever its fate; later, only those kept
+    until then, so a width needed after a unit goes is acquired again, and kept once
+    acquired. Kept as sums per point, as every unit's fate reads them all."""
 
     now: float
-    units: list[tuple[float, int]] = field(default_factory=list)
-    """(until when, cores) of each unit kept."""
+    points: Sequence[float]
+    held: list[int] = field(init=False)
+    """The cores held at each point."""
+
+    def __post_init__(self) -> None:
+        self.held = [0] * len(self.points)
 
     def add(self, until: float, cores: int) -> None:
-        self.units.append((until, cores))
-
-    def at(self, t: float) -> int:
-        """The cores held at ``t``."""
-        return sum(c for until, c in self.units if until > t or t <= self.now + DUE)
+        """A unit of ``cores`` kept until ``until``: at the points before it, and now."""
+        points = self.points
+        to = max(bisect_left(points, until), bisect_right(points, self.now + DUE))
+        for i in range(to):
+            self.held[i] += cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +291,7 @@ class Elastic:
         notes: list[str] = []
         # The units kept, each until a unit is let go where its width is next not needed and
         # holding it through that gap costs more than acquiring it again.
-        kept = Kept(now)
+        kept = Kept(now, profile.points)
         held: dict[str, list[str]] = {}
         for unit in sorted(pilots, key=_coverage_order):
             unfit = self._unfit(unit, open_, now)
@@ -301,11 +310,10 @@ class Elastic:
         notes += per_pilot(held)
         wake: list[float] = []
         limit = longest_path(open_) if open_ else 0.0
-        peak = max(profile.need(t) for t in profile.points)
+        peak = max(profile.widths)
         planned = 0
-        for t in profile.points:
-            width = profile.need(t)
-            have = planned + kept.at(t)
+        for t, width, held in zip(profile.points, profile.widths, kept.held, strict=True):
+            have = planned + held
             if width <= have:
                 continue
             serves = [stages[s] for s in profile.stages_from(t)]
@@ -439,7 +447,7 @@ class Elastic:
         not needed that is cheaper to hold than to acquire again; a pending unit, while any
         width it covers is needed."""
         points = profile.points
-        above = [profile.need(t) - below.at(t) for t in points]
+        above = [width - held for width, held in zip(profile.widths, below.held, strict=True)]
         needed = [width > 0 for width in above]
         if not unit.started:
             if any(needed):

@@ -54,8 +54,8 @@ class NoQueue:
     def predict(self, allocation: Allocation) -> tuple[float, str]:
         return 0.0, NO_QUEUE
 
-    def law(self, allocation: Allocation) -> list[tuple[float, float]]:
-        return [(0.0, 1.0)]
+    def law(self, allocation: Allocation) -> tuple[tuple[float, float], ...]:
+        return ((0.0, 1.0),)
 
     def outlook(self, allocation: Allocation) -> float:
         return 0.0
@@ -82,6 +82,9 @@ class QueueWaits:
     """The state as last read from or written to the store."""
     unsaved: list[tuple[Geometry, float, Prediction | None]] = field(default_factory=list)
     """Observations not yet in the store."""
+    _laws: dict[Geometry, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """:meth:`law` per geometry until the learner learns: the elastic planner asks it of
+    every unit on every pass, and a run of thousands of units' tasks learns few waits."""
 
     @classmethod
     async def load(
@@ -113,12 +116,15 @@ class QueueWaits:
             self.learner.distribution(g, top=len(self.learner.grid)), self.estimate
         ), prediction
 
-    def law(self, allocation: Allocation) -> list[tuple[float, float]]:
+    def law(self, allocation: Allocation) -> tuple[tuple[float, float], ...]:
         """The learned distribution of ``allocation``'s wait, shortest first: (wait in
         seconds, probability). It draws nothing (the elastic planner weighs costs by it)."""
         g = geometry(allocation)
-        alternatives = self.learner.distribution(g, top=len(self.learner.grid))
-        return sorted((a.value, a.probability) for a in alternatives)
+        law = self._laws.get(g)
+        if law is None:
+            alternatives = self.learner.distribution(g, top=len(self.learner.grid))
+            law = self._laws[g] = tuple(sorted((a.value, a.probability) for a in alternatives))
+        return law
 
     def outlook(self, allocation: Allocation) -> float | None:
         """The wait ``allocation``'s geometry last had, None if it was never seen: what an
@@ -135,6 +141,7 @@ class QueueWaits:
         alternative closest to it (Table 2 of the ASA paper), the grid being the tolerance."""
         g = geometry(allocation)
         self.learner.observe(g, wait, prediction)
+        self._laws.clear()
         self.unsaved.append((g, wait, prediction))
         if planned is None:
             return None
@@ -154,6 +161,7 @@ class QueueWaits:
             for g, wait, prediction in self.unsaved:
                 merged.observe(g, wait, prediction)
             self.learner = merged
+            self._laws.clear()
             return merged.to_dict()
 
         self.synced = await store.update_learner(self.name, update)

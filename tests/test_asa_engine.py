@@ -9,13 +9,14 @@ from rich.console import Console
 from backends import clock, sim
 from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
+from learners.queue_wait import QueueWaitLearner
 from orchestrator.dashboard import Dashboard, render
 from orchestrator.engine import Engine
 from orchestrator.planner import Asa
 from orchestrator.session import RunConfig, execute, run_simulated
 from orchestrator.store import Store
-from orchestrator.waits import QueueWaits
-from workflows.spec import example, load, loads
+from orchestrator.waits import QueueWaits, geometry
+from workflows.spec import Allocation, example, load, loads
 
 CLUSTER = ClusterSpec(nodes=4, cores_per_node=28, memory_per_node_mb=128000)
 
@@ -119,6 +120,23 @@ def test_the_learner_persists_in_the_store_across_runs():
     assert first["geometries"]  # waits were learned and saved ...
     observed = sum(second.stats(g).observations for g in second.geometries())
     assert observed == 4  # ... and the second run continued from them: two pilots each run
+
+
+def test_the_wait_law_of_a_geometry_follows_what_the_learner_learns():
+    waits = QueueWaits(QueueWaitLearner(policy="tuned", seed=0), "queue_wait/test/cores")
+    four, eight = Allocation(cores=4), Allocation(cores=8)
+
+    def fresh(allocation: Allocation) -> tuple[tuple[float, float], ...]:
+        learner = waits.learner
+        law = learner.distribution(geometry(allocation), top=len(learner.grid))
+        return tuple(sorted((a.value, a.probability) for a in law))
+
+    before = waits.law(four)
+    assert before == fresh(four) == waits.law(eight)
+    for _ in range(5):
+        waits.observe_wait(four, None, 3600.0)
+    assert waits.law(four) == fresh(four) != before
+    assert waits.law(eight) == fresh(eight)
 
 
 def test_the_dashboard_shows_stages_pilots_and_decisions():

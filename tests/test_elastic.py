@@ -14,7 +14,17 @@ from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
 from learners.resources import Resources
 from orchestrator.cli import app
-from orchestrator.elastic import MAX_UNITS, Elastic, Profile, Span, acquire_cost, lead, split
+from orchestrator.elastic import (
+    DUE,
+    MAX_UNITS,
+    Elastic,
+    Kept,
+    Profile,
+    Span,
+    acquire_cost,
+    lead,
+    split,
+)
 from orchestrator.planner import Cancel, Phase, PilotView, Release, StageView, Submit
 from orchestrator.session import RunConfig, run_simulated
 from orchestrator.summary import RunSummary
@@ -77,7 +87,31 @@ def test_the_profile_sums_the_widths_of_the_stages_running_at_once():
     spans = [Span("a", 0, 100, 28), Span("b", 100, 300, 1), Span("c", 300, math.inf, 28)]
     profile = Profile.of(0.0, spans)
     assert [profile.need(t) for t in profile.points] == [28, 1, 28]
+    assert profile.widths == (28, 1, 28)
     assert profile.stages_from(150) == ("b", "c")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    now=st.sampled_from([0.0, 50.0]),
+    points=st.lists(st.sampled_from([0.0, 0.5, 50.0, 50.5, 100.0, 300.0]), unique=True),
+    units=st.lists(
+        st.tuples(
+            st.sampled_from([-math.inf, 0.0, 0.5, 50.0, 60.0, 100.0, math.inf]),
+            st.integers(1, 28),
+        )
+    ),
+)
+def test_the_units_kept_hold_at_each_point_the_cores_of_those_kept_past_it_or_now(
+    now, points, units
+):
+    points = sorted(t for t in points if t >= now)
+    kept = Kept(now, points)
+    for until, cores in units:
+        kept.add(until, cores)
+    assert kept.held == [
+        sum(c for until, c in units if until > t or t <= now + DUE) for t in points
+    ]
 
 
 def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency():
