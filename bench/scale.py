@@ -5,10 +5,13 @@ tasks run on the mock backend (virtual time, an idle cluster of 20 nodes x 28 co
 For each shape (one stage; four stages in a chain, wide, narrow, wide, narrow) and size, it
 prints the wall time, the peak resident memory of the run's process, tasks per second of wall
 time, and the ratio of wall time per task to the size before it (1.00: the cost per task is
-flat; above: it grows with the number of tasks).
+flat; above: it grows with the number of tasks). The tasks declare their cores, memory and
+disk and the stages get a pilot each (``per-stage``); ``--strategy`` plans otherwise (the
+default strategy, ``elastic``, holds a unit per task's cores: here one per core), and
+``--sized`` leaves memory and disk to the task sizer.
 
     python bench/scale.py [--sizes 10000,100000,1000000] [--shapes one,chain] [--nodes 20]
-                          [--timeout 1800]
+                          [--strategy per-stage] [--sized] [--timeout 1800]
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ name = "scale-one"
 [[stage]]
 name = "work"
 allocation = {{ cores = {cores}, nodes = {nodes}, memory = "{nodes} * 100G", time = "24h" }}
-tasks = {{ command = "true", count = {n}, cores = 1, memory = "1G", disk = "100M" }}
+tasks = {{ command = "true", count = {n}, cores = 1{sizes} }}
 simulate = {{ duration = "lognormal(60, 0.3)", memory = "normal(500, 50)", disk = "10" }}
 """
 
@@ -39,19 +42,25 @@ CHAIN_STAGE = """
 name = "s{i}"
 {after}
 allocation = {{ cores = {cores}, nodes = {nodes}, memory = "{nodes} * 100G", time = "24h" }}
-tasks = {{ command = "true", count = {n}, cores = 1, memory = "1G", disk = "100M" }}
+tasks = {{ command = "true", count = {n}, cores = 1{sizes} }}
 simulate = {{ duration = "lognormal(60, 0.3)", memory = "normal(500, 50)", disk = "10" }}
 """
 
+DECLARED = ', memory = "1G", disk = "100M"'
 
-def workflow(shape: str, n: int, nodes: int = 20) -> str:
-    """The TOML of a workflow of ``n`` tasks of ``shape`` on ``nodes`` nodes of 28 cores."""
+
+def workflow(shape: str, n: int, nodes: int = 20, sized: bool = False) -> str:
+    """The TOML of a workflow of ``n`` tasks of ``shape`` on ``nodes`` nodes of 28 cores;
+    ``sized``: their memory and disk left to the sizer."""
+    sizes = "" if sized else DECLARED
     if shape == "one":
-        return ONE.format(n=n, cores=28 * nodes, nodes=nodes)
+        return ONE.format(n=n, cores=28 * nodes, nodes=nodes, sizes=sizes)
     text = 'name = "scale-chain"\n'
     for i, width in enumerate((nodes, nodes // 5, nodes, nodes // 5)):
         after = f'after = ["s{i - 1}"]' if i else ""
-        text += CHAIN_STAGE.format(i=i, after=after, cores=28 * width, nodes=width, n=n // 4)
+        text += CHAIN_STAGE.format(
+            i=i, after=after, cores=28 * width, nodes=width, n=n // 4, sizes=sizes
+        )
     return text
 
 
@@ -68,14 +77,16 @@ class Measure:
         return self.tasks / self.wall_s
 
 
-def measure(shape: str, n: int, nodes: int, timeout: float) -> Measure:
+def measure(
+    shape: str, n: int, nodes: int, timeout: float, strategy: str = "per-stage", sized: bool = False
+) -> Measure:
     """Run the workflow in a child process; its wall time and its peak RSS (from wait4)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "wf.toml").write_text(workflow(shape, n, nodes))
+        (root / "wf.toml").write_text(workflow(shape, n, nodes, sized))
         command = [
             *LEADTIME, "run", str(root / "wf.toml"), "--backend", "mock", "--load", "0",
-            "--cluster", f"{nodes}x28:128G", "--strategy", "per-stage", "--quiet", "--json",
+            "--cluster", f"{nodes}x28:128G", "--strategy", strategy, "--quiet", "--json",
             "--db", str(root / "store.db"),
         ]  # fmt: skip
         with open(root / "out", "wb") as out, open(root / "err", "wb") as err:
@@ -103,6 +114,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--shapes", default="one,chain")
     parser.add_argument("--nodes", type=int, default=20, help="nodes of 28 cores (at least 5)")
+    parser.add_argument("--strategy", default="per-stage", help="as leadtime run's")
+    parser.add_argument(
+        "--sized", action="store_true", help="leave the tasks' memory and disk to the sizer"
+    )
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -113,7 +128,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         previous: Measure | None = None
         for n in sizes:
-            m = measure(shape, n, args.nodes, args.timeout)
+            m = measure(shape, n, args.nodes, args.timeout, args.strategy, args.sized)
             ratio = "-"
             if previous is not None:
                 ratio = f"{(m.wall_s / m.tasks) / (previous.wall_s / previous.tasks):.2f}"
