@@ -240,8 +240,12 @@ async def test_worker_without_term_handler_still_ends_completed(jobs, tmp_path):
     backend = SlurmBackend(WorkerLaunch(("sleep", "600")), tmp_path / "bare", poll_interval_s=0.5)
     job_id = await backend.submit(jobs.request("bare"))
     try:
-        await asyncio.sleep(2)
-        assert (await backend.info(job_id)).state is JobState.RUNNING
+        for _ in range(120):  # the node may still be freed of the test before's jobs
+            if (info := await backend.info(job_id)).state is not JobState.PENDING:
+                break
+            await asyncio.sleep(0.5)
+        assert info.state is JobState.RUNNING
+        await asyncio.sleep(2)  # its worker runs
         await backend.release(job_id)
         for _ in range(40):
             if (info := await backend.info(job_id)).state.finished:
