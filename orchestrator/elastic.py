@@ -124,11 +124,10 @@ class Profile:
         held ends: the width there is acquired again)."""
         ends = (t for s in spans for t in (s.start, s.end))
         times = sorted({now} | {t for t in itertools.chain(ends, also) if now < t < math.inf})
-        widths = [sum(s.width for s in spans if s.start <= t < s.end) for t in times]
-        return cls(tuple(spans), tuple(times), tuple(widths))
+        return cls(tuple(spans), tuple(times), tuple(_need(spans, t) for t in times))
 
     def need(self, t: float) -> int:
-        return sum(s.width for s in self.spans if s.start <= t < s.end)
+        return _need(self.spans, t)
 
     def levels(self, since: float) -> set[int]:
         """The widths needed from ``since`` on: where a new width is cut into units, so that
@@ -138,6 +137,11 @@ class Profile:
     def stages_from(self, t: float) -> tuple[str, ...]:
         """The stages running at ``t`` or later: those a unit needed at ``t`` serves."""
         return tuple(s.stage for s in self.spans if s.end > t)
+
+
+def _need(spans: Iterable[Span], t: float) -> int:
+    """The width the stages running at ``t`` need together."""
+    return sum(s.width for s in spans if s.start <= t < s.end)
 
 
 def lead(law: Sequence[tuple[float, float]], k: float) -> float:
@@ -312,8 +316,8 @@ class Elastic:
         limit = longest_path(open_) if open_ else 0.0
         peak = max(profile.widths)
         planned = 0
-        for t, width, held in zip(profile.points, profile.widths, kept.held, strict=True):
-            have = planned + held
+        for t, width, kept_cores in zip(profile.points, profile.widths, kept.held, strict=True):
+            have = planned + kept_cores
             if width <= have:
                 continue
             serves = [stages[s] for s in profile.stages_from(t)]
