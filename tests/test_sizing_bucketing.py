@@ -376,6 +376,29 @@ def test_points_in_small_blocks_read_as_one_sorted_run(values, block):
     assert np.allclose(p.cval, np.concatenate(([0], np.cumsum([v * s for v, s in pts]))))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 20).map(float), min_size=1, max_size=80),
+    st.sampled_from([2, 3, 5, 1024]),
+    st.lists(st.floats(-1, 4000), max_size=8),
+)
+def test_points_order_statistics_read_from_blocks_are_the_arrays(values, block, targets):
+    """kth, below and weighted, read from the blocks' counts and sums, are what the whole
+    sorted arrays say, exactly, whatever the blocks."""
+    p = Points()
+    p.BLOCK = block
+    for v in values:
+        p.add(v)
+    sorted_values, csig = p.values, p.csig
+    assert [p.kth(i) for i in range(p.n)] == sorted_values.tolist()
+    assert p.top == sorted_values[-1] and p.total == csig[-1]
+    for v in [*values, -1.0, 21.0, 7.5]:
+        assert p.below(v) == int(np.searchsorted(sorted_values, v, side="left"))
+    for t in [*targets, 0.0, csig[-1], csig[-1] + 1, *csig.tolist()]:
+        at = int(np.searchsorted(csig, t, side="left"))
+        assert p.weighted(t) == sorted_values[min(max(at - 1, 0), p.n - 1)]
+
+
 def test_candidate_tops_of_values_below_one_have_no_powers_of_two():
     # A peak of 5e-324 (hypothesis found it) once divided to 0 and hit log(0).
     for vmax in (5e-324, 0.5, 0.0):

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
-from learners.sizing.ponder import PonderPredictor, SimpleRegression, round_up_mib
+from learners.sizing.ponder import (
+    PonderPredictor,
+    Residuals,
+    SimpleRegression,
+    round_up_mib,
+    weighted_variance,
+)
 
 GIB = float(2**30)
 PAIRS = [(1, 900), (2, 1500), (0.5, 600), (3, 2300), (1.5, 1250), (2.5, 1800)]
@@ -72,3 +81,17 @@ def test_scheduler_clamps_to_the_request_and_rounds_to_whole_mib():
     first = sizer.allocate(big)
     assert first.memory == 2248
     assert sizer.allocate(big, first, Exhaustion("memory", 2248)).memory == 8000
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2**36), st.floats(-500, 500)), min_size=1, max_size=60),
+    st.integers(0, 2**37),
+)
+def test_residuals_give_the_java_weighted_variance(pairs, at):
+    """The weighted variance from prefix sums is the Java pass over every record's
+    (:func:`weighted_variance`, as the Java takes it; input sizes are whole bytes)."""
+    xs = np.array([float(x) for x, _ in pairs])
+    d = np.array([r for _, r in pairs])
+    expected = weighted_variance(xs, d, float(at))
+    assert Residuals.of(xs, d).variance(float(at)) == pytest.approx(expected, rel=1e-6, abs=1e-6)

@@ -9,8 +9,11 @@ so a re-bucketing costs a few numpy passes instead of the C code's list walks.
 
 Before :data:`SAMPLING` records, the sampling phase: a task gets the default, doubled
 (from the default) past every value it exhausted. From the 10th record on, the
-buckets are recomputed from all records whenever a record arrived since the
-last prediction (cctools recomputes inside every add; the result is the same).
+buckets are recomputed from all records when a prediction needs them (cctools
+recomputes inside every add; the result is the same): Exhaustive Bucketing's at
+every record, as its state is kept as records come and its fit costs the same at any
+count; Greedy Bucketing's, which walks every record, as :class:`~learners.sizing.refit.Refits`
+schedules (at every record for a category's first records, then as they grow by a share).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 
 from learners.resources import Resource
 from learners.sizing.growing import Growing
+from learners.sizing.refit import Refits
 
 DEFAULTS: dict[Resource, float] = {"cores": 1.0, "memory": 1000.0, "disk": 1000.0, "wall": 60.0}
 """cctools' defaults for the sampling phase (wall time is ours: cctools does not size it)."""
@@ -58,7 +62,12 @@ class Points:
 
     Records sit in sorted blocks of at most ``BLOCK``: adding one moves a block's worth,
     not every record (a run of a million tasks adds millions), and the arrays are
-    built when first asked for after a change.
+    built when first asked for after a change. Each block's count and sum of
+    significance are kept as records come, so that an order statistic (:meth:`kth`,
+    :meth:`weighted`, :meth:`below`) reads the blocks' sums and one block, not every
+    record: the retry budget asks for them at every first attempt. Significances are
+    whole numbers, whose sums a float holds exactly, so a weighted statistic read from
+    the blocks is the one read from ``csig``.
     """
 
     BLOCK = 1024
@@ -68,6 +77,9 @@ class Points:
         self._sigs: list[array[float]] = []
         self._tops: list[float] = []
         """Each block's largest value, to find where a record goes."""
+        self._counts = np.zeros(0, dtype=np.int64)
+        self._weights = np.zeros(0)
+        """Each block's count of records and sum of their significance."""
         self.n = 0
         self.next_sig = 1
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -81,6 +93,8 @@ class Points:
             self._values.append(array("d", [value]))
             self._sigs.append(array("d", [sig]))
             self._tops.append(value)
+            self._counts = np.ones(1, dtype=np.int64)
+            self._weights = np.full(1, sig)
             return
         k = min(bisect_left(self._tops, value), len(self._tops) - 1)
         values, sigs = self._values[k], self._sigs[k]
@@ -88,12 +102,57 @@ class Points:
         values.insert(at, value)
         sigs.insert(at, sig)
         self._tops[k] = values[-1]
+        self._counts[k] += 1
+        self._weights[k] += sig
         if len(values) > self.BLOCK:
             half = len(values) // 2
             self._values.insert(k + 1, values[half:])
             self._sigs.insert(k + 1, sigs[half:])
             del values[half:], sigs[half:]
             self._tops[k : k + 1] = [values[-1], self._values[k + 1][-1]]
+            moved = self._sigs[k + 1]
+            self._counts[k] = len(values)
+            self._counts = np.insert(self._counts, k + 1, len(moved))
+            self._weights[k] = sum(sigs)
+            self._weights = np.insert(self._weights, k + 1, sum(moved))
+
+    @property
+    def top(self) -> float:
+        """The largest record."""
+        return self._tops[-1]
+
+    @property
+    def total(self) -> float:
+        """The sum of the records' significances (1 + 2 + ... + n)."""
+        return self.n * (self.n + 1) / 2
+
+    def kth(self, i: int) -> float:
+        """The ``i``-th smallest record (0 the smallest)."""
+        if i == self.n - 1:
+            return self._tops[-1]
+        ends = np.cumsum(self._counts)
+        k = int(np.searchsorted(ends, i, side="right"))
+        return self._values[k][i - int(ends[k - 1]) if k else i]
+
+    def below(self, value: float) -> int:
+        """How many records are smaller than ``value``."""
+        k = bisect_left(self._tops, value)
+        if k == len(self._tops):
+            return self.n
+        return int(self._counts[:k].sum()) + bisect_left(self._values[k], value)
+
+    def weighted(self, target: float) -> float:
+        """The smallest record at which the significance of the records up to it reaches
+        ``target`` (the largest where none does): ``values[searchsorted(csig, target) - 1]``."""
+        ends = np.cumsum(self._weights)
+        k = int(np.searchsorted(ends, target, side="left"))
+        if k == len(ends):
+            return self._tops[-1]
+        inner = np.cumsum(np.frombuffer(self._sigs[k]))
+        if k:
+            inner += ends[k - 1]
+        j = int(np.searchsorted(inner, target, side="left"))
+        return self._values[k][j]
 
     def _built(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._arrays is None:
@@ -361,11 +420,10 @@ class Bucketing:
         self.state: Points | Candidates = Points() if mode == "greedy" else Candidates(max_buckets)
         self._rng = rng
         self._buckets = NO_BUCKETS
-        self._stale = False
+        self._refits = Refits()
 
     def add(self, value: float) -> None:
         self.state.add(value)
-        self._stale = True
 
     @property
     def sampling_phase(self) -> bool:
@@ -376,13 +434,14 @@ class Bucketing:
         """The current buckets (none in the sampling phase)."""
         if self.sampling_phase:
             return NO_BUCKETS
-        if self._stale:
-            state = self.state
-            if isinstance(state, Points):
+        state = self.state
+        if isinstance(state, Points):
+            if self._refits.due(state.n):
                 self._buckets = greedy_buckets(state)
-            else:
-                self._buckets = exhaustive_buckets(state)
-            self._stale = False
+                self._refits.fit(state.n)
+        elif self._refits.fitted != state.n:
+            self._buckets = exhaustive_buckets(state)
+            self._refits.fit(state.n)
         return self._buckets
 
     def predict(self, prev: float = -1.0, r: float | None = None) -> float:

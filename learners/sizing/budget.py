@@ -57,8 +57,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from learners.kill_times import KILL_SHARE
 from learners.resources import PACKED, Resource, Resources
 from learners.sizing.base import Record, TaskFeatures
@@ -93,7 +91,7 @@ def _kill_share(resource: Resource) -> float:
 
 def _at(points: Points, level: float) -> float:
     """The smallest record at or above the ``level`` share of ``points``."""
-    return float(points.values[max(0, math.ceil(level * points.n) - 1)])
+    return points.kth(max(0, math.ceil(level * points.n) - 1))
 
 
 @dataclass
@@ -265,7 +263,7 @@ class BudgetCategory:
         """
         points = self.peaks[resource]
         n = points.n
-        top = float(points.values[-1])
+        top = points.top
         level = self.level
         if censored and resource not in SLOWING and level * (n + censored) >= n:
             return max(top * (1.0 + 1.0 / n), requested or 0.0)
@@ -275,10 +273,8 @@ class BudgetCategory:
             return top if resource in SLOWING else top * (1.0 + 1.0 / n)
         if self.kills > self.budget * self.records:
             level = 1.0 - (1.0 - level) * self.budget * self.records / self.kills
-        weights = points.csig
-        at = int(np.searchsorted(weights, level * weights[-1], side="left"))
-        recent = points.values[min(max(at - 1, 0), n - 1)]
-        return float(max(recent, _at(points, level)))
+        recent = points.weighted(level * points.total)
+        return max(recent, _at(points, level))
 
     def retry(
         self, task: TaskFeatures, resource: Resource, allocated: float, measured: float
@@ -290,10 +286,10 @@ class BudgetCategory:
         if self.shift is not None and resource in self.shift.base:
             points = self.shift.succeeded.get(resource) or Points()
             floor = self.shift.floor(resource)
-        as_much = points.n - int(np.searchsorted(points.values, measured, side="left"))
+        as_much = points.n - points.below(measured)
         if not as_much:
             return max(floor, 2 * measured)
-        top = float(points.values[-1])
+        top = points.top
         return max(floor, top, min(2 * measured, top * (1.0 + 1.0 / as_much)))
 
     def alongside(self, resource: Resource, measured: float, grown: float) -> dict[Resource, float]:
@@ -319,8 +315,7 @@ class BudgetCategory:
 
     def _fence(self, resource: Resource) -> float:
         points = self.successes[resource]
-        top = float(points.values[-1])
-        return 2 * top - _at(points, 0.5)
+        return 2 * points.top - _at(points, 0.5)
 
     def _span(self) -> int:
         """Attempts the moving kill share spans now: :data:`RECENT`, or those running at once."""

@@ -1,5 +1,5 @@
-"""An append-only numpy array: learners refit on all their records after every one,
-so the records must already be an array, not a list to convert each time."""
+"""An append-only numpy array: learners fit on all their records, so the records must
+already be an array, not a list to convert each time."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ import numpy as np
 from learners.sizing.base import Record, TaskFeatures
 from learners.sizing.growing import Growing
 from learners.sizing.linear import Line, ols
+from learners.sizing.refit import Refits
 
 RetryMode = Literal["selective", "partial"]
 
@@ -221,13 +222,17 @@ class KSegments:
         self.lengths = Growing()
         self.peaks = Growing(k)
         self._model: Model | None = None
+        self._refits = Refits()
 
     @property
     def model(self) -> Model | None:
-        if len(self.x) < self.min_records:
+        """The model of every record, fit again as :class:`Refits` schedules."""
+        n = len(self.x)
+        if n < self.min_records:
             return None
-        if self._model is None:
+        if self._refits.due(n):
             self._model = fit(self.x.values, self.lengths.values, self.peaks.values)
+            self._refits.fit(n)
         return self._model
 
     def steps(self, task: TaskFeatures) -> Steps | None:
@@ -254,7 +259,6 @@ class KSegments:
         self.x.append(record.task.input_size or 0.0)
         self.lengths.append(float(len(series)))
         self.peaks.append(segment_peaks(series, self.k))
-        self._model = None
 
     def exhausted(self, allocated: float, measured: float) -> None:
         """Exhaustions are not training data."""

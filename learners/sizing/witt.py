@@ -19,6 +19,7 @@ import numpy as np
 from learners.sizing.base import Record, TaskFeatures
 from learners.sizing.growing import Growing
 from learners.sizing.linear import Line, ols
+from learners.sizing.refit import Refits
 
 Offset = Literal["mean", "under", "max"]
 
@@ -57,13 +58,17 @@ class Witt:
         self.x = Growing()
         self.y = Growing()
         self._line: Line | None = None
+        self._refits = Refits()
 
     @property
     def line(self) -> Line | None:
-        if len(self.y) < self.min_records:
+        """The line of every record, fit again as :class:`Refits` schedules."""
+        n = len(self.y)
+        if n < self.min_records:
             return None
-        if self._line is None:
+        if self._refits.due(n):
             self._line = witt_line(self.x.values, self.y.values, self.offset)
+            self._refits.fit(n)
         return self._line
 
     def first(self, task: TaskFeatures) -> float:
@@ -78,7 +83,6 @@ class Witt:
     def observe(self, value: float, record: Record) -> None:
         self.x.append(record.task.input_size or 0.0)
         self.y.append(value)
-        self._line = None
 
     def exhausted(self, allocated: float, measured: float) -> None:
         """Exhaustions are not training data."""
