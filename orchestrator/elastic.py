@@ -32,6 +32,7 @@ releases every idle unit and submits each when it is needed (Per-Stage's core-ho
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from bisect import bisect_left, bisect_right
@@ -200,12 +201,30 @@ class Kept:
     def __post_init__(self) -> None:
         self.held = [0] * len(self.points)
 
+    def reach(self, until: float) -> int:
+        """The points a unit kept until ``until`` holds: those before it, and now."""
+        points = self.points
+        return max(bisect_left(points, until), bisect_right(points, self.now + DUE))
+
     def add(self, until: float, cores: int) -> None:
         """A unit of ``cores`` kept until ``until``: at the points before it, and now."""
-        points = self.points
-        to = max(bisect_left(points, until), bisect_right(points, self.now + DUE))
-        for i in range(to):
+        for i in range(self.reach(until)):
             self.held[i] += cores
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What the stages still open ask of a unit of one size: why it can hold none of their
+    tasks, if it cannot, else when the first task it could start now would end."""
+
+    why: str | None = None
+    deadline: float = -math.inf
+
+    def unfit(self, ends: float | None) -> str | None:
+        """Why a unit of this size whose time limit ``ends`` it can hold no task, if it cannot."""
+        if self.why is None and ends is not None and ends < self.deadline:
+            return "its time limit ends before another task could finish"
+        return self.why
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,23 +313,44 @@ class Elastic:
         actions: list[Submit | Cancel | Release] = []
         notes: list[str] = []
         # The units kept, each until a unit is let go where its width is next not needed and
-        # holding it through that gap costs more than acquiring it again.
+        # holding it through that gap costs more than acquiring it again. Alike units, one
+        # after another in this order, are weighed together: as many of them as the width
+        # above them leaves their fate unchanged share the first one's.
         kept = Kept(now, profile.points)
         held: dict[str, list[str]] = {}
-        for unit in sorted(pilots, key=_coverage_order):
-            unfit = self._unfit(unit, open_, now)
-            if unfit is not None:
-                fate = Fate(-math.inf, f"{unfit}: {'released' if unit.started else 'cancelled'}")
-            else:
-                fate = self._fate(unit, kept, profile, now)
-            if fate.until <= now + DUE and not unit.busy:
-                action = Release if unit.started else Cancel
-                actions.append(action(unit.pilot_id, fate.why))
-                continue
-            if fate.held is not None:
-                held.setdefault(fate.held, []).append(unit.pilot_id)
-            # Its time limit ends it: the width it holds is acquired again ahead of that.
-            kept.add(min(fate.until, ends.get(unit.pilot_id, math.inf)), unit.cores)
+        fit = functools.cache(functools.partial(self._fit, stages=open_, now=now))
+
+        def alike(unit: PilotView) -> tuple[object, ...]:
+            """What a unit's fate reads of it, its unfitness last: units alike in this are
+            weighed together (a time limit past the forecasts changes no fate)."""
+            limit = unit.ends if unit.pilot_id in ends else None
+            unfit = fit(unit.allocation, unit.memory, unit.busy).unfit(unit.ends)
+            return (unit.started, unit.busy, unit.allocation, unit.memory, limit, unfit)
+
+        for key, group in itertools.groupby(sorted(pilots, key=_coverage_order), key=alike):
+            units = list(group)
+            first, unfit = units[0], key[-1]
+            while units:
+                if unfit is not None:
+                    fate = Fate(
+                        -math.inf, f"{unfit}: {'released' if first.started else 'cancelled'}"
+                    )
+                else:
+                    fate = self._fate(first, kept, profile, now)
+                gone = fate.until <= now + DUE and not first.busy
+                # Its time limit ends it: the width it holds is acquired again ahead of that.
+                until = min(fate.until, ends.get(first.pilot_id, math.inf))
+                sharing = len(units)  # what does not read the units kept before: all of them
+                if not gone and unfit is None:
+                    sharing = _sharing(first, until, kept, profile, sharing)
+                these, units = units[:sharing], units[sharing:]
+                if gone:
+                    action = Release if first.started else Cancel
+                    actions += [action(unit.pilot_id, fate.why) for unit in these]
+                    continue
+                if fate.held is not None:
+                    held.setdefault(fate.held, []).extend(unit.pilot_id for unit in these)
+                kept.add(until, first.cores * len(these))
         notes += per_pilot(held)
         wake: list[float] = []
         limit = longest_path(open_) if open_ else 0.0
@@ -385,31 +425,36 @@ class Elastic:
         most = max(most, -(-peak // MAX_UNITS))
         return max(task, min(most, node) // task * task), task
 
-    def _unfit(self, unit: PilotView, stages: Sequence[StageView], now: float) -> str | None:
-        """Why ``unit`` can hold no task of the stages still open, if it cannot: its cores or
-        memory too small for tasks that have since grown (their memory, after a kill), idle
-        while a task it cannot hold waits for a larger unit (counted as width for a later
-        stage, it would keep that unit from being acquired), or its time limit too near for
-        another task of a stage running now to finish (placement gives it none). Such a unit
-        would otherwise count as width held while no task runs on it."""
-        assert unit.allocation is not None  # every unit has one
+    def _fit(
+        self,
+        allocation: Allocation | None,
+        memory: float | None,
+        busy: bool,
+        *,
+        stages: Sequence[StageView],
+        now: float,
+    ) -> Fit:
+        """What the stages still open ask of a unit of ``allocation`` whose workers hold
+        ``memory`` (None: none joined yet): whether it can hold none of their tasks (its
+        cores or memory too small for tasks that have since grown, their memory after a
+        kill; idle while a task it cannot hold waits for a larger unit, which counted as
+        width for a later stage it would keep from being acquired), and when a task that
+        starts on it now ends: a unit whose time limit comes first is given none (placement
+        gives it none). Such a unit would otherwise count as width held while nothing runs."""
+        assert allocation is not None  # every unit has one
         if not stages:
-            return None  # its fate lets it go: no stage needs it again
-        memory = self._memory(unit.allocation) if unit.memory is None else unit.memory
-        fits = [
-            v for v in stages if _cores(v.task) <= unit.cores and v.task.memory <= memory + 1e-9
-        ]
+            return Fit()  # its fate lets it go: no stage needs it again
+        memory = self._memory(allocation) if memory is None else memory
+        cores = allocation.cores
+        fits = [v for v in stages if _cores(v.task) <= cores and v.task.memory <= memory + 1e-9]
         if not fits:
-            return "too small for the tasks left"
+            return Fit("too small for the tasks left")
         held = {v.name for v in fits}
-        if not unit.busy and any(v.outgrown and v.name not in held for v in stages):
-            return "too small for the tasks waiting"  # kept for a later stage, it would block
+        if not busy and any(v.outgrown and v.name not in held for v in stages):
+            return Fit("too small for the tasks waiting")  # kept for a later stage, it would block
         # Tasks it could start now: a later stage's are left to the units acquired for it.
-        startable = [v for v in fits if v.phase != Phase.WAITING]
-        ends = unit.ends
-        if ends is not None and startable and all(now + v.duration > ends for v in startable):
-            return "its time limit ends before another task could finish"
-        return None
+        startable = [now + v.duration for v in fits if v.phase != Phase.WAITING]
+        return Fit(deadline=min(startable, default=-math.inf))
 
     def _memory(self, allocation: Allocation) -> float:
         """An allocation's memory in MB: as written, or what the default gives its cores."""
@@ -585,6 +630,24 @@ def _place(allocation: Allocation | None) -> Place:
 def _cores(task: Resources) -> int:
     """The whole cores one task takes: a unit holds whole tasks."""
     return max(1, math.ceil(task.cores - 1e-9))
+
+
+def _sharing(unit: PilotView, until: float, kept: Kept, profile: Profile, alike: int) -> int:
+    """How many of ``alike`` units like ``unit`` (itself first), each kept on top of the one
+    before until ``until``, have its fate. A kept unit adds its cores to the points before
+    ``until``: the next is weighed on the width above less them, and has the same fate while
+    that width stays at least its cores wherever it was needed (it is needed for the same,
+    covers as much, is not narrower) and becomes needed nowhere else; a pending one, while
+    any width above is needed."""
+    cores = unit.cores
+    to = kept.reach(until)
+    above = [width - held for width, held in zip(profile.widths, kept.held, strict=True)]
+    if not unit.started:
+        if any(a > 0 for a in above[to:]):
+            return alike
+        return max(1, min(alike, max(-(-a // cores) for a in above[:to])))
+    needed = [a for a in above[:to] if a > 0]
+    return max(1, min([alike, *(a // cores for a in needed)]))
 
 
 def _coverage_order(unit: PilotView) -> tuple[bool, int, bool]:

@@ -114,6 +114,59 @@ def test_the_units_kept_hold_at_each_point_the_cores_of_those_kept_past_it_or_no
     ]
 
 
+_UNIT_KINDS = st.tuples(
+    st.sampled_from([1, 2, 4, 28]),  # cores
+    st.booleans(),  # started
+    st.booleans(),  # busy
+    st.sampled_from([None, 300.0, 900.0, 5000.0]),  # ends
+    st.integers(1, 30),  # how many alike
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    stages=st.lists(
+        st.tuples(
+            st.sampled_from([Phase.RUNNING, Phase.READY, Phase.WAITING]),
+            st.integers(0, 60),
+            st.sampled_from([100.0, 400.0, 1200.0, 4000.0, None]),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    kinds=st.lists(_UNIT_KINDS, max_size=5),
+    wait=st.sampled_from([0.0, 60.0, 600.0, 3000.0]),
+    cost=st.sampled_from([0.0, 300.0, 3000.0, 1e6]),
+    now=st.sampled_from([0.0, 250.0]),
+)
+def test_alike_units_weighed_together_get_the_plan_of_units_weighed_one_by_one(
+    stages, kinds, wait, cost, now
+):
+    """Grouping alike units changes no decision and no note: the same plan as weighing each
+    unit on its own (each given an sbatch option of its own, which no fate reads)."""
+    views = chain(*[(replace(WIDE, cores=60), p, w, end) for p, w, end in stages])
+    pilots = [
+        PilotView(
+            f"u{k}.{i}", (), started, busy and started, allocation=replace(WIDE, cores=cores),
+            ends=ends if started else None,
+        )
+        for k, (cores, started, busy, ends, n) in enumerate(kinds)
+        for i in range(n)
+    ]  # fmt: skip
+    apart = [
+        replace(p, allocation=replace(p.allocation, sbatch=(f"--comment={p.pilot_id}",)))
+        for p in pilots
+    ]
+    law = lambda allocation: [(wait / 2, 0.5), (wait * 2, 0.5)]  # noqa: E731
+
+    def plan(units):
+        return Elastic(lambda a: (wait, None), law, NODE, cost, unit="task").decide(
+            now, views, units
+        )
+
+    assert plan(pilots) == plan(apart)
+
+
 def test_the_first_pass_requests_the_stages_widths_as_units_without_a_dependency():
     stages = chain(
         (NARROW, Phase.READY, 1, 1300.0),
