@@ -231,6 +231,11 @@ class RunState:
             for stage in workflow.stages
         }
         self.pilots: dict[str, PilotRun] = {}
+        self.live: dict[str, PilotRun] = {}
+        """The pilots whose job has not ended, in the order they came: what a pass looks at
+        (a long elastic run has submitted many more pilots than it holds)."""
+        self._views: dict[str, tuple[tuple[object, ...], PilotView]] = {}
+        """Each live pilot's view for the planner, with what it was made from."""
         self.by_job: dict[str, PilotRun] = {}
         """Every submitted pilot by its job id: the pilot id its workers give."""
         self.notes: deque[tuple[float, str]] = deque(maxlen=50)
@@ -432,6 +437,7 @@ class RunState:
             hit=hit,
         )
         self.pilots[pilot.pilot_id] = pilot
+        self._track(pilot)
         if pilot.job_id:  # one whose submission was under way is found again when taken over
             self.by_job[pilot.job_id] = pilot
         return pilot
@@ -446,6 +452,7 @@ class RunState:
         """A pilot of a resumed run that ended while the run had no manager."""
         assert pilot.info is not None
         info = pilot.info = replace(pilot.info, state=JobState.FAILED, reason="gone")
+        self._track(pilot)
         self.recorder.pilot_gone(pilot)
         self.note(f"pilot {pilot.pilot_id}: gone while the run had no manager")
         return self._pilot_ended(pilot, info)
@@ -549,22 +556,30 @@ class RunState:
         return min(starts, default=self.now) + stage.spec.allocation.time_limit_s
 
     def pilot_views(self) -> list[PilotView]:
+        """The live pilots not let go, as the planner sees them: a pilot's view is made again
+        only when its job, its workers or whether it is busy changed."""
         busy = self._busy()
-        return [
-            PilotView(
-                p.pilot_id,
-                p.stages,
-                p.state == JobState.RUNNING,
-                busy(p.pilot_id),
-                p.info.wait if p.info else None,
-                p.allocation,
-                self._ends(p),
-                p.submit_t,
-                max((w.capacity.memory for w in p.workers), default=None),
-            )
-            for p in self.pilots.values()
-            if p.live and not p.released
-        ]
+        views = []
+        for p in self.live.values():
+            if p.released:
+                continue
+            seen = (p.info, len(p.workers), p.joined, busy(p.pilot_id))
+            known = self._views.get(p.pilot_id)
+            if known is None or known[0] != seen:
+                view = PilotView(
+                    p.pilot_id,
+                    p.stages,
+                    p.state == JobState.RUNNING,
+                    seen[3],
+                    p.info.wait if p.info else None,
+                    p.allocation,
+                    self._ends(p),
+                    p.submit_t,
+                    max((w.capacity.memory for w in p.workers), default=None),
+                )
+                known = self._views[p.pilot_id] = (seen, view)
+            views.append(known[1])
+        return views
 
     def _ends(self, pilot: PilotRun) -> float | None:
         """When ``pilot``'s time limit ends it, once it started."""
@@ -603,7 +618,16 @@ class RunState:
             action.prediction,
         )
         self.pilots[pilot_id] = pilot
+        self._track(pilot)
         return pilot
+
+    def _track(self, pilot: PilotRun) -> None:
+        """Keep :attr:`live` as ``pilot``'s job is."""
+        if pilot.live:
+            self.live.setdefault(pilot.pilot_id, pilot)
+        else:
+            self.live.pop(pilot.pilot_id, None)
+            self._views.pop(pilot.pilot_id, None)
 
     def submitted(self, pilot: PilotRun, job_id: str) -> None:
         pilot.job_id = job_id
@@ -629,7 +653,7 @@ class RunState:
     def release_all(self) -> list[PilotRun]:
         """The run is over: every pilot with a job still alive is let go (the backend cancels
         one still pending)."""
-        alive = [p for p in self.pilots.values() if p.live and p.job_id is not None]
+        alive = [p for p in self.live.values() if p.job_id is not None]
         for pilot in alive:
             pilot.released = True
             self._empty_if_released(pilot)
@@ -675,10 +699,9 @@ class RunState:
         is drained, so that it takes no new task meanwhile)."""
         finished = []
         busy = self._busy()
-        for pilot in self.pilots.values():
-            if pilot.released or not pilot.live:
-                continue
-            if any(self.stages[s].phase.open for s in pilot.stages):
+        open_ = {name for name, stage in self.stages.items() if stage.phase.open}
+        for pilot in self.live.values():
+            if pilot.released or not open_.isdisjoint(pilot.stages):
                 continue
             self.pool.drain(pilot.pilot_id)
             if not busy(pilot.pilot_id):
@@ -697,6 +720,7 @@ class RunState:
             return []
         before = pilot.info
         pilot.info = info
+        self._track(pilot)
         self.recorder.pilot_changed(pilot, info, self.t0)
         started = info.start_time is not None and (before is None or before.start_time is None)
         if started:
@@ -735,9 +759,9 @@ class RunState:
         if not pilot.released:
             self._ended.setdefault(f"ended {info.state}", []).append(pilot.pilot_id)
         # Pilots waiting on this one with afterok can never start: replace them.
-        for other in self.pilots.values():
+        for other in self.live.values():
             dep = other.request.dependency
-            if other.live and dep and pilot.job_id in dep.job_ids and not other.released:
+            if dep and pilot.job_id in dep.job_ids and not other.released:
                 other.released = True
                 self.note(f"pilot {other.pilot_id}: its dependency ended {info.state}, replacing")
                 effects.append(CancelJob(other.job_id or ""))
@@ -855,9 +879,7 @@ class RunState:
 
     def _own_workers(self, stage: StageRun) -> bool:
         """The stage's own pilot runs and its workers have joined."""
-        return any(
-            p.workers for p in self.pilots.values() if stage.spec.name in p.stages and p.live
-        )
+        return any(p.workers for p in self.live.values() if stage.spec.name in p.stages)
 
     def _start(self, stage: StageRun, task: TaskRun, slot: Slot) -> AttemptSpec:
         assert task.allocation is not None
