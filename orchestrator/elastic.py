@@ -206,6 +206,10 @@ class Kept:
         points = self.points
         return max(bisect_left(points, until), bisect_right(points, self.now + DUE))
 
+    def above(self, widths: Sequence[int]) -> list[int]:
+        """At each point, the width needed (``widths``) beyond the cores held there."""
+        return [width - held for width, held in zip(widths, self.held, strict=True)]
+
     def add(self, until: float, cores: int) -> None:
         """A unit of ``cores`` kept until ``until``: at the points before it, and now."""
         for i in range(self.reach(until)):
@@ -496,7 +500,7 @@ class Elastic:
         not needed that is cheaper to hold than to acquire again; a pending unit, while any
         width it covers is needed."""
         points = profile.points
-        above = [width - held for width, held in zip(profile.widths, below.held, strict=True)]
+        above = below.above(profile.widths)
         needed = [width > 0 for width in above]
         if not unit.started:
             if any(needed):
@@ -641,7 +645,7 @@ def _sharing(unit: PilotView, until: float, kept: Kept, profile: Profile, alike:
     any width above is needed."""
     cores = unit.cores
     to = kept.reach(until)
-    above = [width - held for width, held in zip(profile.widths, kept.held, strict=True)]
+    above = kept.above(profile.widths)
     if not unit.started:
         if any(a > 0 for a in above[to:]):
             return alike
