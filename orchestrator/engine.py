@@ -12,6 +12,7 @@ leaves the store consistent with what was done.
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -293,6 +294,11 @@ class Engine:
         if self._choosing:
             await self._ask_scheduler()
             self._tick()
+        due = state.plan_due
+        if due > state.now:  # only attempts that succeeded since the last plan
+            self._wake = due + state.t0 if due < math.inf else None
+            await self._place()
+            return
         plan = state.plan()
         self._wake = None if plan.wake_at is None else plan.wake_at + state.t0
         # What the events taught is written before anything is submitted, cancelled or
@@ -312,6 +318,11 @@ class Engine:
                 await self._let_go(action)
         state.note_let_go([a for a in plan.actions if not isinstance(a, Submit)])
         self._tick()
+        await self._place()
+
+    async def _place(self) -> None:
+        """Place what waits where there is room, and send it once written."""
+        state = self.state
         self._unsent = state.place()  # recorded running by this write, then sent
         if state.plan_again:
             self._wake = clock.now()  # the next pass at once

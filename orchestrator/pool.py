@@ -124,6 +124,8 @@ class Pool:
         self._draining: set[str] = set()
         self._running: Counter[str] = Counter()
         """Attempts running per pilot: asked of every live pilot on every pass."""
+        self._emptied: set[str] = set()
+        """Pilots whose last running attempt ended since :meth:`newly_idle` was asked."""
         self._groups: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
         """Per set of stages served, the workers taking work by (free cores, joined)."""
         self._ahead: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
@@ -168,6 +170,12 @@ class Pool:
 
     def busy(self, pilot_id: str) -> bool:
         return self._running[pilot_id] > 0
+
+    def newly_idle(self) -> list[str]:
+        """The pilots whose attempts all ended since this was last asked and that run none."""
+        idle = [p for p in self._emptied if not self._running[p]]
+        self._emptied.clear()
+        return idle
 
     def place(
         self,
@@ -296,6 +304,8 @@ class Pool:
         slot.used = used
         slot.running += attempts
         self._running[slot.pilot_id] += attempts
+        if not self._running[slot.pilot_id]:
+            self._emptied.add(slot.pilot_id)
         if taking:
             self._enter(slot)
 

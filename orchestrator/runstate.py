@@ -57,6 +57,12 @@ once the workers are gone (they leave, then finish moving what they keep)."""
 WHOLE_PILOT_S = 30.0
 """An attempt started within this much (or a twentieth of its pilot's time limit) of its
 pilot's start had the pilot's whole time: the worker's start is all that came before."""
+PLAN_PERIOD_S = 1.0
+"""The longest the planner waits to hear of attempts that succeeded: a pass that took in
+nothing else places tasks without planning while its last plan is younger than this (as
+Parsl's strategy period and HyperQueue's allocation refresh). A stage's width shrinks one
+task at a time; anything else (a job's state, a worker, a stage's turn or end, an attempt
+that failed, was killed or lost, a pilot left idle) has the planner consulted at once."""
 
 
 class WaitLearner(Protocol):
@@ -266,6 +272,13 @@ class RunState:
         comes back, or its end is known."""
         self._planned_outgrown: dict[str, Resources | None] = {}
         """The stages waiting for a larger worker as the last plan saw them."""
+        self._changes = 0
+        """How often the run changed otherwise than by an attempt that succeeded."""
+        self._idled = False
+        """A placement since the last plan left a pilot whose attempts had ended idle."""
+        self._planned: tuple[int, float, float | None] | None = None
+        """The last plan: :attr:`_changes` then, when it was made and when it asked to be
+        made again (the run's time)."""
 
     @property
     def now(self) -> float:
@@ -279,6 +292,9 @@ class RunState:
     # ---- events ---------------------------------------------------------------
 
     def apply(self, event: Event) -> list[Effect]:
+        succeeded = isinstance(event, AttemptEnded) and event.result.outcome == Outcome.SUCCESS
+        if not (succeeded or isinstance(event, Tick)):
+            self._changes += 1  # what the planner is to hear of at once (PLAN_PERIOD_S)
         match event:
             case Tick(t):
                 self.clock = t
@@ -459,10 +475,26 @@ class RunState:
 
     # ---- planning -------------------------------------------------------------
 
+    @property
+    def plan_due(self) -> float:
+        """When the planner is to be consulted again (the run's time): now if the run
+        changed since its last plan otherwise than by attempts that succeeded, or if
+        :attr:`plan_again`; else at the earlier of the time that plan asked for and
+        :data:`PLAN_PERIOD_S` after it."""
+        if self._planned is None or self.plan_again:
+            return self.now
+        changes, at, wake = self._planned
+        if changes != self._changes:
+            return self.now
+        return min(at + PLAN_PERIOD_S, math.inf if wake is None else wake)
+
     def plan(self) -> Plan:
         """What the planner decides now, and the release of every pilot whose stages are
         over and on which nothing runs; the planner's new notes are taken."""
+        self.pool.newly_idle()  # seen idle by this plan
+        self._idled = False
         plan = self.planner.decide(self.now, self.stage_views(), self.pilot_views())
+        self._planned = (self._changes, self.now, plan.wake_at)
         self._planned_outgrown = self._outgrown()
         for note in plan.notes:
             if note not in self._standing:
@@ -483,8 +515,9 @@ class RunState:
     @property
     def plan_again(self) -> bool:
         """A placement since the last plan left a task waiting for a worker larger than any
-        there is, which that plan did not see: the planner brings one only once it does."""
-        return self._outgrown() != self._planned_outgrown
+        there is, or a pilot with nothing to run, which that plan did not see: the planner
+        brings the one and lets the other go only once it does."""
+        return self._idled or self._outgrown() != self._planned_outgrown
 
     def stage_views(self) -> dict[str, StageView]:
         """The stages as the planner sees them now (to be read before the state changes)."""
@@ -623,6 +656,7 @@ class RunState:
 
     def _track(self, pilot: PilotRun) -> None:
         """Keep :attr:`live` as ``pilot``'s job is."""
+        self._changes += 1
         if pilot.live:
             self.live.setdefault(pilot.pilot_id, pilot)
         else:
@@ -637,6 +671,7 @@ class RunState:
         """A pilot the planner cancels or releases: it takes no new task."""
         pilot = self.pilots[action.pilot_id]
         pilot.released = True
+        self._changes += 1
         self.pool.drain(pilot.pilot_id)
         self._empty_if_released(pilot)
         return pilot
@@ -852,6 +887,7 @@ class RunState:
                 stage.queue.popleft()
                 self.sent_ahead |= slot.holds_ahead
                 starts.append(Launch(slot.worker, self._start(stage, task, slot)))
+        self._idled |= bool(self.pool.newly_idle())
         return starts
 
     def _queued(self) -> int:
@@ -1067,6 +1103,7 @@ class RunState:
 
     def _set_phase(self, stage: StageRun, phase: Phase) -> None:
         stage.phase = phase
+        self._changes += 1
         now = self.now
         if phase == Phase.READY:
             stage.ready_t = now

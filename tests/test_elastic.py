@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from backends.sim import MockOptions
 from backends.sim.workload import ClusterSpec
 from learners.resources import Resources
+from orchestrator import runstate
 from orchestrator.cli import app
 from orchestrator.elastic import (
     DUE,
@@ -525,6 +526,56 @@ def test_idle_nodes_go_back_while_the_stage_s_tail_still_runs(unit):
     cut = [1, 27, 28] if unit == "node" else [1, 6, *[7] * 7]
     assert sorted(p.cores for p in summary.pilots) == cut
     assert ends[0] < wide.end_t - 1  # released while the wide stage still ran
+
+
+QUEUED = loads(
+    """
+    name = "queued"
+    [[stage]]
+    name = "wide"
+    allocation = { cores = 28, time = "4h" }
+    tasks = { command = "true", count = 300, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "uniform(2, 20)" }
+    [[stage]]
+    name = "narrow"
+    after = ["wide"]
+    allocation = { cores = 4, time = "4h" }
+    tasks = { command = "true", count = 40, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "uniform(2, 6)" }
+    [[stage]]
+    name = "last"
+    after = ["narrow"]
+    allocation = { cores = 1, time = "1h" }
+    tasks = { command = "true", count = 1, cores = 1, memory = "1G", disk = "1G" }
+    simulate = { duration = "100" }
+    """
+)
+
+
+@pytest.mark.parametrize("strategy", ["elastic", "elastic-node", "per-stage", "asa"])
+def test_planning_on_its_period_decides_what_planning_every_pass_does(monkeypatch, strategy):
+    """Successes alone wait for the planner up to PLAN_PERIOD_S; a unit they leave idle, and
+    anything else, is planned for at once: the run is the one planning every pass gives
+    (every pilot's cores, submission, start and end), with fewer plans."""
+    unit = "node" if strategy == "elastic-node" else "task"
+    config = RunConfig(strategy=strategy.removesuffix("-node"), backend=IDLE, unit=unit)
+    plans = []
+    plan = runstate.RunState.plan
+    monkeypatch.setattr(runstate.RunState, "plan", lambda self: plans.append(1) or plan(self))
+
+    def run() -> tuple[int, RunSummary]:
+        plans.clear()
+        summary = run_simulated(QUEUED, config)
+        assert summary.status == "done", summary.error
+        return len(plans), summary
+
+    periodic, on_period = run()
+    monkeypatch.setattr(runstate, "PLAN_PERIOD_S", 0.0)
+    every, on_every_pass = run()
+    assert periodic < every
+    assert on_period.pilots == on_every_pass.pilots
+    assert on_period.makespan_s == on_every_pass.makespan_s
+    assert on_period.core_hours == on_every_pass.core_hours
 
 
 def test_each_partition_has_units_of_its_own():

@@ -168,6 +168,44 @@ def test_a_run_goes_from_event_to_event_to_its_end():
     assert state.status is Status.DONE and state.end_t == 30.0
 
 
+def test_the_planner_hears_at_once_of_all_but_successes_which_wait_at_most_its_period():
+    state, _ = new_state(TWO_STAGES)
+    state.start()
+    assert state.plan_due == state.now  # never planned
+    started_pilot(state, "a", "7")
+    assert state.plan_due == state.now  # a pilot submitted and started since that plan
+    state.plan()
+    state.apply(WorkerJoined(Node("n1", "7")))
+    assert state.plan_due == state.now
+    first, second = state.place()
+    assert state.plan_due == state.now  # the stage runs
+    state.plan()
+    planned = state.now
+    assert state.plan_due == planned + runstate.PLAN_PERIOD_S  # per-stage asks no wake here
+
+    state.apply(Tick(100.5))
+    state.apply(success(first))
+    (third,) = state.place()  # a.2 takes the core a.0 left
+    assert state.plan_due == planned + runstate.PLAN_PERIOD_S
+    state.apply(Tick(100 + planned + runstate.PLAN_PERIOD_S))
+    assert state.plan_due == state.now  # its period is over
+
+    state.plan()
+    failed = AttemptResult("a.1", 1, Outcome.FAILED, Resources(wall=1), exit_code=1)
+    state.apply(AttemptEnded(second.worker, second.spec, failed))
+    assert state.plan_due == state.now  # a failure is heard at once
+    state.plan()
+    (again,) = state.place()  # a.1 again
+    state.plan()
+    state.apply(success(third))
+    assert state.place() == [] and state.plan_due > state.now  # a.1 still runs on the pilot
+    state.apply(success(again))
+    assert state.place() == [] and state.plan_due == state.now  # the pilot left idle: at once
+    state.plan()
+    state.apply(WorkerLost("n1"))
+    assert state.plan_due == state.now
+
+
 def one_done_one_running() -> tuple[RunState, Rows, Launch, Launch]:
     """Stage a on pilot 7's worker n1: a.0 succeeded (first), a.1 runs (second)."""
     state, rows = new_state(TWO_STAGES)
