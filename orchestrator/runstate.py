@@ -57,12 +57,12 @@ once the workers are gone (they leave, then finish moving what they keep)."""
 WHOLE_PILOT_S = 30.0
 """An attempt started within this much (or a twentieth of its pilot's time limit) of its
 pilot's start had the pilot's whole time: the worker's start is all that came before."""
-PLAN_PERIOD_S = 1.0
+PLAN_PERIOD_S = 5.0
 """The longest the planner waits to hear of attempts that succeeded: a pass that took in
-nothing else places tasks without planning while its last plan is younger than this (as
-Parsl's strategy period and HyperQueue's allocation refresh). A stage's width shrinks one
-task at a time; anything else (a job's state, a worker, a stage's turn or end, an attempt
-that failed, was killed or lost, a pilot left idle) has the planner consulted at once."""
+nothing else places tasks without planning while its last plan is younger than this (Parsl
+consults its scaling strategy every 5 s by default, ``strategy_period``). A stage's width
+shrinks one task at a time; anything else (a job's state, a worker, a stage's turn or end, an
+attempt that failed, was killed or lost, a pilot left idle) has the planner consulted at once."""
 
 
 class WaitLearner(Protocol):
