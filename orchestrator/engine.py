@@ -12,7 +12,6 @@ leaves the store consistent with what was done.
 from __future__ import annotations
 
 import asyncio
-import math
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -296,7 +295,7 @@ class Engine:
             self._tick()
         due = state.plan_due
         if due > state.now:  # only attempts that succeeded since the last plan
-            self._wake = due + state.t0 if due < math.inf else None
+            self._wake = due + state.t0
             await self._place()
             return
         plan = state.plan()

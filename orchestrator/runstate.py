@@ -272,13 +272,12 @@ class RunState:
         comes back, or its end is known."""
         self._planned_outgrown: dict[str, Resources | None] = {}
         """The stages waiting for a larger worker as the last plan saw them."""
-        self._changes = 0
-        """How often the run changed otherwise than by an attempt that succeeded."""
+        self._unheard = True
+        """The run changed since the last plan otherwise than by attempts that succeeded."""
         self._idled = False
         """A placement since the last plan left a pilot whose attempts had ended idle."""
-        self._planned: tuple[int, float, float | None] | None = None
-        """The last plan: :attr:`_changes` then, when it was made and when it asked to be
-        made again (the run's time)."""
+        self._plan_by = 0.0
+        """The run's time by which the last plan is to be made again, whatever happens."""
 
     @property
     def now(self) -> float:
@@ -294,7 +293,7 @@ class RunState:
     def apply(self, event: Event) -> list[Effect]:
         succeeded = isinstance(event, AttemptEnded) and event.result.outcome == Outcome.SUCCESS
         if not (succeeded or isinstance(event, Tick)):
-            self._changes += 1  # what the planner is to hear of at once (PLAN_PERIOD_S)
+            self._unheard = True  # what the planner is to hear of at once (PLAN_PERIOD_S)
         match event:
             case Tick(t):
                 self.clock = t
@@ -481,20 +480,16 @@ class RunState:
         changed since its last plan otherwise than by attempts that succeeded, or if
         :attr:`plan_again`; else at the earlier of the time that plan asked for and
         :data:`PLAN_PERIOD_S` after it."""
-        if self._planned is None or self.plan_again:
-            return self.now
-        changes, at, wake = self._planned
-        if changes != self._changes:
-            return self.now
-        return min(at + PLAN_PERIOD_S, math.inf if wake is None else wake)
+        return self.now if self._unheard or self.plan_again else self._plan_by
 
     def plan(self) -> Plan:
         """What the planner decides now, and the release of every pilot whose stages are
         over and on which nothing runs; the planner's new notes are taken."""
         self.pool.newly_idle()  # seen idle by this plan
-        self._idled = False
+        self._idled = self._unheard = False
         plan = self.planner.decide(self.now, self.stage_views(), self.pilot_views())
-        self._planned = (self._changes, self.now, plan.wake_at)
+        wake = math.inf if plan.wake_at is None else plan.wake_at
+        self._plan_by = min(self.now + PLAN_PERIOD_S, wake)
         self._planned_outgrown = self._outgrown()
         for note in plan.notes:
             if note not in self._standing:
@@ -656,7 +651,7 @@ class RunState:
 
     def _track(self, pilot: PilotRun) -> None:
         """Keep :attr:`live` as ``pilot``'s job is."""
-        self._changes += 1
+        self._unheard = True
         if pilot.live:
             self.live.setdefault(pilot.pilot_id, pilot)
         else:
@@ -671,7 +666,7 @@ class RunState:
         """A pilot the planner cancels or releases: it takes no new task."""
         pilot = self.pilots[action.pilot_id]
         pilot.released = True
-        self._changes += 1
+        self._unheard = True
         self.pool.drain(pilot.pilot_id)
         self._empty_if_released(pilot)
         return pilot
@@ -1103,7 +1098,7 @@ class RunState:
 
     def _set_phase(self, stage: StageRun, phase: Phase) -> None:
         stage.phase = phase
-        self._changes += 1
+        self._unheard = True
         now = self.now
         if phase == Phase.READY:
             stage.ready_t = now
