@@ -137,16 +137,23 @@ class Recorder:
 
     # ---- tasks ----------------------------------------------------------------
 
-    def attempt_sent(self, spec: AttemptSpec, worker: str, pilot_id: str) -> None:
-        """Sent to ``worker``: waiting there until :meth:`attempt_started` (in the same
-        write, for an attempt that starts at once)."""
+    def attempt_sent(
+        self, spec: AttemptSpec, worker: str, pilot_id: str, started: float | None = None
+    ) -> None:
+        """Sent to ``worker``: running there since ``started`` if it starts at once, else
+        waiting there until :meth:`attempt_started`."""
+        on_worker: dict[str, Any] = (
+            {"outcome": str(OnWorker.WAITING)}
+            if started is None
+            else {"outcome": str(OnWorker.RUNNING), "start_t": started}
+        )
         self.store.stage(
             "attempts",
             self._attempt_key(spec.task_id, spec.attempt),
             worker=worker,
             pilot_id=pilot_id,
             allocation=spec.allocation.as_dict(),
-            outcome=str(OnWorker.WAITING),
+            **on_worker,
         )
 
     def attempt_started(self, key: Key, t: float) -> None:

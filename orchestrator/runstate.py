@@ -923,10 +923,12 @@ class RunState:
             self._set_phase(stage, Phase.RUNNING)
         spec = self._spec(task, task.attempts, task.allocation)
         key = spec.key
-        self.recorder.attempt_sent(spec, slot.worker.id, slot.pilot_id)
-        self._waiting(stage, task, key)
         if self.pool.sent(slot, key, spec.allocation):
-            self._began([key])
+            self.recorder.attempt_sent(spec, slot.worker.id, slot.pilot_id, started=self.now)
+            self._running(task, key, self.now)
+        else:
+            self.recorder.attempt_sent(spec, slot.worker.id, slot.pilot_id)
+            self._waiting(stage, task, key)
         return spec
 
     def _waiting(self, stage: StageRun, task: TaskRun, key: Key) -> None:

@@ -394,6 +394,12 @@ VALID = {
 def test_a_corrupted_item_is_parsed_or_refused_cleanly(kind, data):
     """Valid items with one field replaced (at any depth) by junk."""
     parse, item = VALID[kind]
+    with contextlib.suppress(ProtocolError):
+        parse({"t": kind, "items": [corrupted(item, data)]})
+
+
+def corrupted(item: list, data) -> list:
+    """A copy of ``item`` with one field replaced (at any depth) by junk."""
     item = copy.deepcopy(item)
     target = item
     while True:
@@ -402,9 +408,47 @@ def test_a_corrupted_item_is_parsed_or_refused_cleanly(kind, data):
             target = target[index]
             continue
         target[index] = data.draw(junk)
-        break
-    with contextlib.suppress(ProtocolError):
-        parse({"t": kind, "items": [item]})
+        return item
+
+
+USUAL_RESULT = protocol.result_item(
+    AttemptResult(
+        "t",
+        3,
+        Outcome.SUCCESS,
+        Resources(1, 2, 3, 4),
+        0,
+        None,
+        (1.0, 2.5),
+        1.0,
+        "tail",
+        Captured("head", "end", 7),
+        Captured(),
+        "node1",
+        "/scratch/t.3",
+    )
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data())
+def test_the_usual_results_one_test_decodes_are_those_the_field_checks_accept(data):
+    """Whatever a result holds, the compound test answers as the checks field by field do:
+    the same result, or it leaves the item to them (which refuse it or take it)."""
+    item = data.draw(st.sampled_from([USUAL_RESULT, VALID["result"][1]]))
+    if data.draw(st.booleans()):
+        item = corrupted(item, data)
+    quick = protocol._usual_result(item)
+    try:
+        checked = protocol._result(item)
+    except ProtocolError:
+        assert quick is None
+    else:
+        assert quick is None or quick == checked
+
+
+def test_a_usual_result_takes_the_compound_test():
+    assert protocol._usual_result(copy.deepcopy(USUAL_RESULT)) == protocol._result(USUAL_RESULT)
 
 
 @settings(max_examples=100, deadline=None)

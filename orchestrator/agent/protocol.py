@@ -655,55 +655,128 @@ def _captured(value: Any, name: str) -> Captured:
 _OUTCOMES = {o.value: o for o in Outcome}
 
 
-def results(message: dict) -> list[AttemptResult]:
-    """The results of a ``result`` message."""
-    out = []
-    for item in _items(message):
-        (
-            task_id,
-            attempt,
-            outcome,
-            peak,
-            exit_code,
-            exhaustion,
-            series,
-            interval,
-            tail,
-            stdout,
-            stderr,
-            node,
-            sandbox,
-            starved,
-        ) = _array(item, "result", 14)
-        if not isinstance(outcome, str) or outcome not in _OUTCOMES:
-            raise ProtocolError(f"unknown outcome {outcome!r}")
-        if exhaustion is not None:
-            resource, measured = _array(exhaustion, "exhaustion", 2)
-            if resource not in RESOURCES:
-                raise ProtocolError(f"unknown resource {resource!r}")
-            exhaustion = Exhaustion(resource, _wall(measured, "exhaustion.measured"))
-        if series is not None:
-            values = _array(series, "memory_series", max_len=MAX_SERIES)
-            series = tuple(_amount(v, "memory_series") for v in values)
-        out.append(
-            AttemptResult(
-                task_id=_task_id(task_id, "task_id"),
-                attempt=_attempt(attempt, "attempt"),
-                outcome=_OUTCOMES[outcome],
-                peak=_resources(peak, "peak", wall=True),
-                exit_code=_exit_code(exit_code, "exit_code"),
-                exhaustion=exhaustion,
-                memory_series=series,
-                sample_interval_s=_interval(interval, "sample_interval_s"),
-                output_tail=_tail(tail, "output_tail"),
-                stdout=_captured(stdout, "stdout"),
-                stderr=_captured(stderr, "stderr"),
-                node=_name(node, "node"),
-                sandbox=_path(sandbox, "sandbox"),
-                starved=_flag(starved, "starved"),
+def _is_captured(value: Any) -> bool:
+    return (
+        type(value) is list
+        and len(value) == 3
+        and type(value[0]) is str
+        and len(value[0]) <= OUTPUT_HEAD
+        and type(value[1]) is str
+        and len(value[1]) <= OUTPUT_TAIL
+        and type(value[2]) is int
+        and 0 <= value[2] <= MAX_STREAM_BYTES
+    )
+
+
+def _usual_result(item: Any) -> AttemptResult | None:
+    """``item`` decoded if it is valid and no resource ran out; None for anything else, which
+    :func:`_result` checks field by field to name what is wrong. The manager decodes every
+    result, so the usual ones take one compound test here, as :func:`check_spec` does for
+    what it sends."""
+    if type(item) is not list or len(item) != 14:
+        return None
+    task_id, attempt, outcome, peak, exit_code, exhaustion, series, interval, *rest = item
+    tail, stdout, stderr, node, sandbox, starved = rest
+    if not (
+        type(task_id) is str
+        and 0 < len(task_id) <= MAX_ID
+        and type(attempt) is int
+        and 0 <= attempt <= 2**31
+        and type(outcome) is str
+        and outcome in _OUTCOMES
+        and type(peak) is list
+        and len(peak) == 4
+        and all(type(v) in _NUMBERS and 0 <= v <= _FINITE for v in peak[:3])
+        and type(peak[3]) in _NUMBERS
+        and peak[3] >= 0
+        and (exit_code is None or (type(exit_code) is int and -(2**31) <= exit_code <= 2**31))
+        and exhaustion is None
+        and (
+            series is None
+            or (
+                type(series) is list
+                and len(series) <= MAX_SERIES
+                and all(type(v) in _NUMBERS and 0 <= v <= _FINITE for v in series)
             )
         )
-    return out
+        and (interval is None or (type(interval) in _NUMBERS and 1e-6 <= interval <= _FINITE))
+        and type(tail) is str
+        and len(tail) <= MAX_TAIL
+        and _is_captured(stdout)
+        and _is_captured(stderr)
+        and type(node) is str
+        and len(node) <= MAX_ID
+        and type(sandbox) is str
+        and len(sandbox) <= MAX_PATH
+        and type(starved) is bool
+    ):
+        return None
+    return AttemptResult(
+        task_id=task_id,
+        attempt=attempt,
+        outcome=_OUTCOMES[outcome],
+        peak=Resources(*map(float, peak)),
+        exit_code=exit_code,
+        memory_series=None if series is None else tuple(map(float, series)),
+        sample_interval_s=None if interval is None else float(interval),
+        output_tail=tail,
+        stdout=Captured(*stdout),
+        stderr=Captured(*stderr),
+        node=node,
+        sandbox=sandbox,
+        starved=starved,
+    )
+
+
+def results(message: dict) -> list[AttemptResult]:
+    """The results of a ``result`` message."""
+    return [_usual_result(item) or _result(item) for item in _items(message)]
+
+
+def _result(item: Any) -> AttemptResult:
+    """One result, checked field by field: :class:`ProtocolError` names the first wrong one."""
+    (
+        task_id,
+        attempt,
+        outcome,
+        peak,
+        exit_code,
+        exhaustion,
+        series,
+        interval,
+        tail,
+        stdout,
+        stderr,
+        node,
+        sandbox,
+        starved,
+    ) = _array(item, "result", 14)
+    if not isinstance(outcome, str) or outcome not in _OUTCOMES:
+        raise ProtocolError(f"unknown outcome {outcome!r}")
+    if exhaustion is not None:
+        resource, measured = _array(exhaustion, "exhaustion", 2)
+        if resource not in RESOURCES:
+            raise ProtocolError(f"unknown resource {resource!r}")
+        exhaustion = Exhaustion(resource, _wall(measured, "exhaustion.measured"))
+    if series is not None:
+        values = _array(series, "memory_series", max_len=MAX_SERIES)
+        series = tuple(_amount(v, "memory_series") for v in values)
+    return AttemptResult(
+        task_id=_task_id(task_id, "task_id"),
+        attempt=_attempt(attempt, "attempt"),
+        outcome=_OUTCOMES[outcome],
+        peak=_resources(peak, "peak", wall=True),
+        exit_code=_exit_code(exit_code, "exit_code"),
+        exhaustion=exhaustion,
+        memory_series=series,
+        sample_interval_s=_interval(interval, "sample_interval_s"),
+        output_tail=_tail(tail, "output_tail"),
+        stdout=_captured(stdout, "stdout"),
+        stderr=_captured(stderr, "stderr"),
+        node=_name(node, "node"),
+        sandbox=_path(sandbox, "sandbox"),
+        starved=_flag(starved, "starved"),
+    )
 
 
 def reason(message: dict) -> str:
