@@ -815,17 +815,22 @@ def logs(
     """A task's stdout and stderr (their first and last bytes), why each attempt ended, its
     peak against its allocation, and where a failed attempt's scratch directory was kept;
     without TASK, every attempt of the run (the newest without RUN_ID) with its outcome and
-    cause."""
+    cause. A task named alone is one of the newest run."""
     if attempt is not None and task is None:
         fail("--attempt needs a TASK")
 
     async def main():
-        nonlocal run_id
+        nonlocal run_id, task
         async with await _existing_store(db) as store:
             run_id = run_id or await _newest_run_id(store, db)
             run = await tasklogs.run_row(store, run_id)
+            if run is None and task is None:  # a task of the newest run, named alone
+                newest = await _newest_run_id(store, db)
+                if await tasklogs.unknown(store, newest, run_id) is None:
+                    run_id, task = newest, run_id
+                    run = await tasklogs.run_row(store, run_id)
             if run is None:
-                fail(f"no run {run_id}")
+                fail(f"no run {run_id} (`leadtime status` lists the runs)")
             rows = await tasklogs.attempts(store, run_id, task)
             if task is not None and not rows:
                 if (why := await tasklogs.unknown(store, run_id, task)) is not None:

@@ -213,6 +213,15 @@ def test_logs_without_a_run_list_the_newest_run_s_attempts(local_run, empty_stor
     assert f"{empty_store}: no run yet" in " ".join(done.output.split())
 
 
+def test_a_task_named_alone_is_one_of_the_newest_run(local_run):
+    db, run_id = local_run
+    alone = logs(db, "talk.1")
+    assert alone.exit_code == 0 and alone.output == logs(db, run_id, "talk.1").output
+    unknown = logs(db, "talk.7")
+    assert unknown.exit_code == 2
+    assert "no run talk.7 (`leadtime status` lists the runs)" in " ".join(unknown.output.split())
+
+
 def test_logs_of_a_task_show_the_head_the_bytes_cut_and_the_tail_of_its_output(local_run):
     db, run_id = local_run
     done = logs(db, run_id, "talk.1", "--attempt", "1")
