@@ -402,14 +402,18 @@ _wall = _number(infinite=True)
 _interval = _optional(_number(1e-6))
 
 
-def _resources(value: Any, name: str, *, wall: bool) -> Resources:
-    """[cores, memory, disk] (finite, >= 0), then wall time (>= 0, maybe inf) if ``wall``."""
-    if (
+def _is_resources(value: Any, wall: bool) -> bool:
+    return (
         type(value) is list
         and len(value) == 3 + wall
         and all(type(v) in _NUMBERS and 0 <= v <= _FINITE for v in value[:3])
         and (not wall or (type(value[3]) in _NUMBERS and value[3] >= 0))
-    ):
+    )
+
+
+def _resources(value: Any, name: str, *, wall: bool) -> Resources:
+    """[cores, memory, disk] (finite, >= 0), then wall time (>= 0, maybe inf) if ``wall``."""
+    if _is_resources(value, wall):
         return Resources(*map(float, value))
     shape = (
         "[cores, memory, disk, wall]: numbers >= 0, finite but wall"
@@ -684,11 +688,7 @@ def _usual_result(item: Any) -> AttemptResult | None:
         and 0 <= attempt <= 2**31
         and type(outcome) is str
         and outcome in _OUTCOMES
-        and type(peak) is list
-        and len(peak) == 4
-        and all(type(v) in _NUMBERS and 0 <= v <= _FINITE for v in peak[:3])
-        and type(peak[3]) in _NUMBERS
-        and peak[3] >= 0
+        and _is_resources(peak, True)
         and (exit_code is None or (type(exit_code) is int and -(2**31) <= exit_code <= 2**31))
         and exhaustion is None
         and (
