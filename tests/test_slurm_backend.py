@@ -31,7 +31,10 @@ from backends.slurm.jobs import parse_scontrol, parse_squeue_json
 pytestmark = pytest.mark.slurm
 
 NODE_CPUS = 16
-# A worker: says which part of the node it holds, then waits to be released.
+# A worker: says which part of the node it holds, then waits to be released. Its trap
+# kills the sleep too: a SIGTERM that lands between the sleep's fork and exec is caught by
+# the shell's inherited handler and lost, and the sleep would hold the step's output open
+# (slurmstepd then waits 60 s before it abandons the I/O; seen once on Slurm 22.05).
 SHARE = (
     "import os; from orchestrator.agent.worker import node_share_from_env as share; "
     "print(share(os.environ))"
@@ -40,7 +43,8 @@ WORKER = WorkerLaunch(
     (
         "bash",
         "-c",
-        f"trap 'echo released; exit 0' TERM; {sys.executable} -c '{SHARE}'; sleep 600 & wait",
+        f"trap 'kill $! 2>/dev/null; echo released; exit 0' TERM; {sys.executable} -c '{SHARE}'; "
+        "sleep 600 >/dev/null & wait",
     )
 )
 
