@@ -372,6 +372,9 @@ async def test_scontrol_fallback_reads_what_squeue_reads(jobs):
 async def test_controller_outage_is_waited_out_without_duplicates(jobs, caplog, slurm_local):
     tracked = await jobs.backend.submit(jobs.request("tracked"))
     await jobs.state(tracked, JobState.RUNNING)
+    # The worker's step must be running before the outage: an srun that asks for its step
+    # while slurmctld is down exits 1 ("Unable to confirm allocation") and fails the job.
+    assert await output_shows(jobs, f"{jobs.prefix}-tracked", tracked, "NodeShare(")
     caplog.set_level(logging.WARNING, logger="backends.slurm.backend")
     sh(slurm_local, "stop-ctld")
     try:
