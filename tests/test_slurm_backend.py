@@ -315,10 +315,11 @@ async def test_release_ignored_by_worker_ends_in_cancel(jobs, tmp_path):
     )  # fmt: skip
     job_id = await backend.submit(jobs.request("stubborn"))
     try:
-        for _ in range(20):
-            if (await backend.info(job_id)).state is JobState.RUNNING:
+        for _ in range(120):  # the node may still be freed of the test before's jobs
+            if (info := await backend.info(job_id)).state is not JobState.PENDING:
                 break
             await asyncio.sleep(0.5)
+        assert info.state is JobState.RUNNING
         await asyncio.sleep(1)
         await backend.release(job_id)
         await asyncio.sleep(2)
