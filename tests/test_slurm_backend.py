@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from shutil import which
 
 import pytest
 
@@ -373,8 +374,7 @@ async def test_scontrol_fallback_reads_what_squeue_reads(jobs):
 async def test_controller_outage_is_waited_out_without_duplicates(jobs, caplog, slurm_local):
     tracked = await jobs.backend.submit(jobs.request("tracked"))
     await jobs.state(tracked, JobState.RUNNING)
-    # The worker's step must be running before the outage: an srun that asks for its step
-    # while slurmctld is down exits 1 ("Unable to confirm allocation") and fails the job.
+    # Its worker runs before the outage (a step that meets one is the next test's).
     assert await output_shows(jobs, f"{jobs.prefix}-tracked", tracked, "NodeShare(")
     caplog.set_level(logging.WARNING, logger="backends.slurm.backend")
     sh(slurm_local, "stop-ctld")
@@ -393,6 +393,38 @@ async def test_controller_outage_is_waited_out_without_duplicates(jobs, caplog, 
     await jobs.state(tracked, JobState.COMPLETED)
     await jobs.backend.release(job_id)
     await jobs.state(job_id, JobState.COMPLETED)
+
+
+async def test_a_step_that_meets_a_controller_outage_starts_once_the_controller_is_back(
+    jobs, slurm_local, tmp_path, monkeypatch
+):
+    """The pilot's job starts; its srun asks for the step while slurmctld is down and gives up
+    ("Unable to confirm allocation", exit 1): the batch script waits for the controller and
+    tries again, so the worker starts and the pilot ends COMPLETED, not FAILED."""
+    gate, bin_dir = tmp_path / "gate", tmp_path / "bin"
+    bin_dir.mkdir()
+    srun = bin_dir / "srun"  # the batch script's srun waits for the outage, then is Slurm's
+    srun.write_text(
+        f'#!/bin/bash\nuntil [ -e {gate} ]; do sleep 0.2; done\nexec {which("srun")} "$@"\n'
+    )
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")  # sbatch exports it
+    name = f"{jobs.prefix}-outage"
+    job_id = await jobs.backend.submit(jobs.request("outage"))
+    await jobs.state(job_id, JobState.RUNNING)
+    sh(slurm_local, "stop-ctld")
+    try:
+        gate.touch()
+        assert await output_shows(jobs, name, job_id, "Unable to confirm allocation", timeout=60)
+    finally:
+        sh(slurm_local, "start-ctld")
+    assert await output_shows(jobs, name, job_id, "NodeShare(", timeout=60), output(
+        jobs, name, job_id
+    )
+    await jobs.backend.release(job_id)
+    await jobs.state(job_id, JobState.COMPLETED)
+    assert output(jobs, name, job_id).count("Unable to confirm allocation") == 1
+    assert not (jobs.backend.run_dir / f"{name}-{job_id}.started").exists()
 
 
 @pytest.mark.parametrize("loss", ["error", "hang"])

@@ -150,25 +150,46 @@ def test_requests_sbatch_would_misread_are_refused(fields, option):
 
 
 def run_script(
-    tmp_path: Path, srun_status: int, end_time: str | None = None
+    tmp_path: Path,
+    srun_status: int,
+    end_time: str | None = None,
+    *,
+    steps: str = "run",
+    pings: str = "0",
 ) -> tuple[int, list[str]]:
     """Run the batch script of job 7 with stand-ins for srun (which records its arguments and
-    environment) and squeue; ``end_time`` is the job's ``SLURM_JOB_END_TIME``, if Slurm set it."""
+    environment, then runs its step's mark: ``steps``, one word a try, says whether it did,
+    ``run`` or ``none``) and squeue, for scontrol (``pings``: its ``ping``'s exit codes in
+    turn) and for sleep (both write to ``pings`` what they were asked, and return at once);
+    ``end_time`` is the job's ``SLURM_JOB_END_TIME``, if Slurm set it."""
     record = tmp_path / "srun-args"
+    tries, pinged = tmp_path / "srun-tries", tmp_path / "pings"
     (tmp_path / "srun").write_text(
         f'#!/bin/bash\nprintf "%s\\n" "$@" > {record}\n'
         f'echo "W=$W" >> {record}\necho "END=$SLURM_JOB_END_TIME" >> {record}\n'
-        f"exit {srun_status}\n"
+        f"echo try >> {tries}\nsteps=({steps})\n"
+        f"if [[ ${{steps[$(( $(wc -l < {tries}) - 1 ))]}} == run ]]; then\n"
+        "    while [[ $1 == --* ]]; do shift; done\n"
+        '    "$1" "$2" "$3" "$4"  # the step\'s mark, not its worker\n'
+        f"fi\nexit {srun_status}\n"
     )
     (tmp_path / "squeue").write_text(
         '#!/bin/bash\n[[ "$*" == "--noheader --jobs=7 --format=%e" ]] && echo 2026-11-22T06:14:10\n'
     )
-    for stand_in in ("srun", "squeue"):
+    (tmp_path / "scontrol").write_text(
+        f'#!/bin/bash\necho "$*" >> {pinged}\ncodes=({pings})\n'
+        f"exit ${{codes[$(grep -c ^ping {pinged}) - 1]:-0}}\n"
+    )
+    (tmp_path / "sleep").write_text(f'#!/bin/bash\necho "sleep $*" >> {pinged}\n')
+    for stand_in in ("srun", "squeue", "scontrol", "sleep"):
         (tmp_path / stand_in).chmod(0o755)
-    script = batch_script("p", ["worker", "--manager", "h:1", "it's two words"], {"W": "a b'c"})
+    script = batch_script(
+        "p", ["worker", "--manager", "h:1", "it's two words"], {"W": "a b'c"}, tmp_path
+    )
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_NUM_NODES": "3"}
     env |= {"SLURM_JOB_ID": "7", "SLURM_JOB_END_TIME": end_time or ""}
-    done = subprocess.run(["bash", "-c", script], env=env, check=False)
+    done = subprocess.run(["bash", "-c", script], env=env, check=False, timeout=60)
+    assert not (tmp_path / "p-7.started").exists()  # the script's mark goes with it
     return done.returncode, record.read_text().splitlines()
 
 
@@ -176,11 +197,16 @@ def test_script_starts_one_whole_node_worker_per_node(tmp_path):
     status, args = run_script(tmp_path, 0)
     assert status == 0
     assert args == [
+        "--immediate=60",
         "--nodes=3",
         "--ntasks=3",
         "--ntasks-per-node=1",
         "--whole",
         "--overlap",
+        "/bin/sh",
+        "-c",
+        'true 2>/dev/null >"$0"; exec "$@"',
+        f"{tmp_path}/p-7.started",
         "worker",
         "--manager",
         "h:1",
@@ -188,6 +214,7 @@ def test_script_starts_one_whole_node_worker_per_node(tmp_path):
         "W=a b'c",
         f"END={local('2026-11-22T06:14:10'):.0f}",  # read from squeue: Slurm 22.05 sets none
     ]
+    assert (tmp_path / "srun-tries").read_text() == "try\n"
 
 
 def test_script_keeps_the_end_time_slurm_gives(tmp_path):
@@ -197,6 +224,27 @@ def test_script_keeps_the_end_time_slurm_gives(tmp_path):
 @pytest.mark.parametrize(("srun_status", "exit_status"), [(0, 0), (143, 0), (1, 1), (137, 137)])
 def test_script_counts_a_worker_killed_by_sigterm_as_released(tmp_path, srun_status, exit_status):
     assert run_script(tmp_path, srun_status)[0] == exit_status
+    assert (tmp_path / "srun-tries").read_text() == "try\n"  # its step ran: its status stands
+
+
+def test_a_step_that_never_started_is_tried_again_once_the_controller_answers(tmp_path):
+    """srun gave up on a slurmctld that was down (no step, no mark): the script waits while
+    scontrol ping says the controller is down, lets it settle, then tries again; that step's
+    status stands."""
+    status, _ = run_script(tmp_path, 0, steps="none run", pings="1 1 0")
+    assert status == 0
+    assert (tmp_path / "srun-tries").read_text() == "try\n" * 2
+    asked = ["ping", "sleep 2", "ping", "sleep 2", "ping", "sleep 10"]
+    assert (tmp_path / "pings").read_text().splitlines() == asked
+
+
+def test_a_step_that_never_starts_fails_the_pilot_after_five_tries(tmp_path):
+    """With the controller up (or no scontrol to ask: 127), srun's refusal is not an outage's:
+    five tries, then its status, so that a pilot that cannot start fails and is counted."""
+    status, _ = run_script(tmp_path, 1, steps="none " * 5, pings="0 127 0 0")
+    assert status == 1
+    assert (tmp_path / "srun-tries").read_text() == "try\n" * 5
+    assert (tmp_path / "pings").read_text().splitlines() == ["ping", "sleep 10"] * 4
 
 
 # -- sbatch's rejections -------------------------------------------------------------

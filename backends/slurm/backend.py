@@ -499,7 +499,7 @@ class SlurmBackend:
     def _job(self, request: PilotRequest) -> tuple[list[str], str]:
         """sbatch's arguments and the batch script of ``request``'s pilot."""
         args = sbatch_arguments(request, self.run_dir, self.sbatch_options)
-        return args, batch_script(request.name, self.launch.argv, self.launch.env)
+        return args, batch_script(request.name, self.launch.argv, self.launch.env, self.run_dir)
 
     async def _sbatch(self, args: list[str], script: str, *flags: str) -> str:
         """Run sbatch; a refusal becomes a :class:`SubmitError` naming the option."""

@@ -14,6 +14,15 @@ A release signals the workers with SIGTERM (``scancel --signal=TERM``, which by 
 spares the batch shell). A worker stops and exits 0; one that dies of the signal before it
 could install a handler (srun then exits 128+15) is a release all the same. Either way the
 script exits 0 and the job ends COMPLETED, so ``afterok`` dependents start.
+
+``srun`` asks slurmctld for its step. One that reaches no controller (restarting, for an
+upgrade, say) gives up after ``MessageTimeout`` and exits 1 with no worker started, and one that
+asks in a restarted controller's first seconds is refused and waits for room it is never told
+of (22.05): either would fail or hang the pilot, and a burst of failed pilots trips the run's
+circuit breaker. So the step's first act on the batch host is to leave a mark
+(``<name>-<jobid>.started`` beside the job's output), ``--immediate=60`` bounds the wait for
+the step, and without the mark the script waits until ``scontrol ping`` stops answering "down",
+lets the controller settle, and tries again, five times in all, then exits with srun's status.
 """
 
 from __future__ import annotations
@@ -38,18 +47,32 @@ if [ -z "${{SLURM_JOB_END_TIME:-}}" ]; then
         export SLURM_JOB_END_TIME=$end
     fi
 fi
-srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" \\
-    --ntasks-per-node=1 --whole --overlap {command}
-status=$?
+# The step's mark, left as it starts (a node that cannot write it starts its worker all the
+# same). An srun that reached no slurmctld started no step; one that asked in a restarted
+# controller's first seconds waits for room it is never told of, until --immediate ends it.
+started={started}
+for try in 1 2 3 4 5; do
+    srun --immediate=60 --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" \\
+        --ntasks-per-node=1 --whole --overlap \\
+        /bin/sh -c 'true 2>/dev/null >"$0"; exec "$@"' "$started" {command}
+    status=$?
+    if [ -e "$started" ] || [ "$try" -eq 5 ]; then break; fi
+    # scontrol ping exits 1 while slurmctld is down (127: no scontrol here, do not wait)
+    until scontrol ping >/dev/null 2>&1; [ "$?" -ne 1 ]; do sleep 2; done
+    sleep 10  # a controller back refuses steps for its first seconds (4 s seen on 22.05)
+done
+rm -f "$started"
 # 143 = a worker killed by the release's SIGTERM before it could handle it: still a release.
 if [ "$status" -eq 143 ]; then exit 0; fi
 exit "$status"
 """
 
 
-def batch_script(name: str, command: Sequence[str], env: Mapping[str, str]) -> str:
+def batch_script(name: str, command: Sequence[str], env: Mapping[str, str], run_dir: Path) -> str:
+    """The batch script of pilot ``name`` (its output and its step's mark in ``run_dir``)."""
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    return _SCRIPT.format(name=name, exports=exports, command=shlex.join(command))
+    started = f'{shlex.quote(str(run_dir / name))}-"$SLURM_JOB_ID".started'
+    return _SCRIPT.format(name=name, exports=exports, command=shlex.join(command), started=started)
 
 
 def sbatch_arguments(
