@@ -159,6 +159,16 @@ async def output_shows(jobs: Jobs, name: str, job_id: str, text: str, timeout: f
     return False
 
 
+async def started(backend: SlurmBackend, job_id: str) -> None:
+    """Wait up to 60 s for the job of a backend of the test's own to leave PENDING (the node
+    may still be freed of the previous test's jobs); it must then be RUNNING."""
+    for _ in range(120):
+        if (info := await backend.info(job_id)).state is not JobState.PENDING:
+            break
+        await asyncio.sleep(0.5)
+    assert info.state is JobState.RUNNING, info
+
+
 async def test_pilot_runs_one_worker_and_release_completes_it(jobs):
     request = jobs.request("pilot", cores=3, memory_mb=1500)
     asked = clock.now()
@@ -245,11 +255,7 @@ async def test_worker_without_term_handler_still_ends_completed(jobs, tmp_path):
     backend = SlurmBackend(WorkerLaunch(("sleep", "600")), tmp_path / "bare", poll_interval_s=0.5)
     job_id = await backend.submit(jobs.request("bare"))
     try:
-        for _ in range(120):  # the node may still be freed of the test before's jobs
-            if (info := await backend.info(job_id)).state is not JobState.PENDING:
-                break
-            await asyncio.sleep(0.5)
-        assert info.state is JobState.RUNNING
+        await started(backend, job_id)
         await asyncio.sleep(2)  # its worker runs
         await backend.release(job_id)
         for _ in range(40):
@@ -316,11 +322,7 @@ async def test_release_ignored_by_worker_ends_in_cancel(jobs, tmp_path):
     )  # fmt: skip
     job_id = await backend.submit(jobs.request("stubborn"))
     try:
-        for _ in range(120):  # the node may still be freed of the test before's jobs
-            if (info := await backend.info(job_id)).state is not JobState.PENDING:
-                break
-            await asyncio.sleep(0.5)
-        assert info.state is JobState.RUNNING
+        await started(backend, job_id)
         await asyncio.sleep(1)
         await backend.release(job_id)
         await asyncio.sleep(2)
