@@ -824,13 +824,16 @@ def logs(
         async with await _existing_store(db) as store:
             run_id = run_id or await _newest_run_id(store, db)
             run = await tasklogs.run_row(store, run_id)
+            nor = ""
             if run is None and task is None:  # a task of the newest run, named alone
                 newest = await _newest_run_id(store, db)
-                if await tasklogs.unknown(store, newest, run_id) is None:
+                if (why := await tasklogs.unknown(store, newest, run_id)) is None:
                     run_id, task = newest, run_id
                     run = await tasklogs.run_row(store, run_id)
+                else:
+                    nor = f", nor a task of the newest run: {why}"
             if run is None:
-                fail(f"no run {run_id} (`leadtime status` lists the runs)")
+                fail(f"no run {run_id}{nor} (`leadtime status` lists the runs)")
             rows = await tasklogs.attempts(store, run_id, task)
             if task is not None and not rows:
                 if (why := await tasklogs.unknown(store, run_id, task)) is not None:

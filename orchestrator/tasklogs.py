@@ -78,8 +78,13 @@ async def unknown(store: Store, run_id: str, task_id: str) -> str | None:
     for s in stages:
         if s["stage"] == stage and index.isdigit() and int(index) < (s["tasks_total"] or 0):
             return None
-    known = ", ".join(f"{s['stage']}.0 to .{(s['tasks_total'] or 1) - 1}" for s in stages)
+    known = ", ".join(_span(s["stage"], s["tasks_total"] or 1) for s in stages)
     return f"no task {task_id} in run {run_id}" + (f" (its tasks: {known})" if known else "")
+
+
+def _span(stage: str, tasks: int) -> str:
+    """A stage's task ids as a person reads them: ``fit.0`` or ``fit.0 to .11``."""
+    return f"{stage}.0" if tasks == 1 else f"{stage}.0 to .{tasks - 1}"
 
 
 def attempts_table(rows: Sequence[StoreRow], run_id: str) -> Table:

@@ -219,7 +219,9 @@ def test_a_task_named_alone_is_one_of_the_newest_run(local_run):
     assert alone.exit_code == 0 and alone.output == logs(db, run_id, "talk.1").output
     unknown = logs(db, "talk.7")
     assert unknown.exit_code == 2
-    assert "no run talk.7 (`leadtime status` lists the runs)" in " ".join(unknown.output.split())
+    said = " ".join(unknown.output.split())
+    assert f"no run talk.7, nor a task of the newest run: no task talk.7 in run {run_id}" in said
+    assert "(its tasks: hog.0, probe.0, talk.0 to .1) (`leadtime status` lists the runs)" in said
 
 
 def test_logs_of_a_task_show_the_head_the_bytes_cut_and_the_tail_of_its_output(local_run):
