@@ -221,6 +221,54 @@ def test_a_sweep_finds_a_process_whose_pid_was_read_before_as_another_process():
         proc.wait()
 
 
+def test_a_process_caught_inside_its_exec_is_read_once_it_is_through(monkeypatch):
+    """Between an execve's closing of the close-on-exec descriptors (when Popen returns) and
+    the setting up of the new stack, a process shows neither arguments nor environment: on a
+    loaded node a sweep right after a spawn read the task's child as carrying no token."""
+    token = lineage.new_token()
+    proc = subprocess.Popen(["sleep", "300"], env={**os.environ, lineage.WORKER_TOKEN: token})
+    real_read, reads = lineage._read, []
+
+    def inside_exec_twice(path: str) -> bytes | None:
+        reads.append(path)
+        mine = path in (f"/proc/{proc.pid}/environ", f"/proc/{proc.pid}/cmdline")
+        if mine and reads.count(path) <= 2:
+            return b""  # as the kernel shows it before the new stack is set up
+        return real_read(path)
+
+    monkeypatch.setattr(lineage, "_read", inside_exec_twice)
+    try:
+        assert lineage._environ_tokens(proc.pid) == (None, token)
+        assert reads.count(f"/proc/{proc.pid}/environ") == 3
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_with_no_address_space_or_no_environment_is_read_without_waiting(monkeypatch):
+    """A zombie, a kernel thread and a process run with an empty environment all read as an
+    empty environment too; none of them is inside an exec, and none is waited for."""
+    bare = subprocess.Popen(["sleep", "300"], env={})
+    zombie = subprocess.Popen(["true"])
+    while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.01)
+    while not lineage._read(f"/proc/{bare.pid}/cmdline"):  # through its own exec
+        time.sleep(0.01)
+    kernel_threads = [
+        int(pid)
+        for pid in os.listdir("/proc")
+        if pid.isdigit() and lineage._read(f"/proc/{pid}/statm") == b"0 0 0 0 0 0 0\n"
+    ]
+    monkeypatch.setattr(lineage.time, "sleep", lambda s: pytest.fail(f"waited {s} s"))
+    try:
+        for pid in (bare.pid, zombie.pid, *kernel_threads[:5]):
+            assert lineage._environ_tokens(pid) == (None, None)
+    finally:
+        bare.kill()
+        bare.wait()
+        zombie.wait()
+
+
 ADOPTING_WORKER = """
 import asyncio, os, sys
 from pathlib import Path

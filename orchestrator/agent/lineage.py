@@ -32,6 +32,7 @@ import secrets
 import select
 import shutil
 import signal
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -44,6 +45,10 @@ _sentinels: set[int] = set()
 SENTINEL_GRACE_MS = 1000
 """Between the SIGTERM a dead worker's sentinel sends what its tasks left and the SIGKILL, as
 a worker gives an attempt's leftovers (an ``srun`` ends its step on SIGTERM)."""
+EXEC_SETTLE_S = 1.0
+"""How long a read of a process's tokens waits for it to get through an ``execve``: the
+window is microseconds on an idle node; a process still inside after that is hung (a binary
+on a stalled file system) and read as carrying no token."""
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -54,17 +59,15 @@ def new_token() -> str:
 
 def _environ_tokens(pid: int) -> tuple[str | None, str | None]:
     """The (attempt, worker) tokens in ``pid``'s environment; None where it has none or we
-    may not read it."""
-    try:
-        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    may not read it. A process caught inside an ``execve`` is read again once it is through."""
+    waited, pause = 0.0, 0.001
+    while (data := _read(f"/proc/{pid}/environ")) == b"" and waited < EXEC_SETTLE_S:
+        if not _inside_exec(pid):
+            break
+        time.sleep(pause)
+        waited, pause = waited + pause, min(2 * pause, 0.05)
+    if not data:
         return None, None
-    try:
-        data = _read_all(fd)
-    except OSError:
-        return None, None
-    finally:
-        os.close(fd)
     found: dict[bytes, str] = {}
     for name in (ATTEMPT_TOKEN.encode(), WORKER_TOKEN.encode()):
         at = data.find(name + b"=")
@@ -73,6 +76,32 @@ def _environ_tokens(pid: int) -> tuple[str | None, str | None]:
             end = data.find(b"\0", start)
             found[name] = data[start : end if end >= 0 else len(data)].decode(errors="replace")
     return found.get(ATTEMPT_TOKEN.encode()), found.get(WORKER_TOKEN.encode())
+
+
+def _inside_exec(pid: int) -> bool:
+    """Whether ``pid`` is between an ``execve``'s point of no return and the setting up of
+    its new stack. The kernel closes the close-on-exec descriptors first (a ``Popen`` returns
+    then, and a loaded node may not run the child again for milliseconds); until the stack
+    is set up, the new address space shows neither arguments nor environment. A kernel
+    thread or a zombie has no address space; a process run with an empty environment still
+    shows its arguments."""
+    statm = _read(f"/proc/{pid}/statm")
+    return bool(statm) and not statm.startswith(b"0 ") and _read(f"/proc/{pid}/cmdline") == b""
+
+
+def _read(path: str) -> bytes | None:
+    """What a /proc file holds, read with plain system calls (no buffered file object); None
+    where it is gone or we may not read it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _read_all(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _prctl(option: int, arg: int | ctypes.c_int) -> bool:
@@ -112,12 +141,8 @@ def _children() -> set[int]:
     (no attempt's: a sweep need not read them)."""
     found: set[int] = set()
     for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(FileNotFoundError):  # or the thread ended
-            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                found.update(int(pid) for pid in _read_all(fd).split())  # ours never fork
-            finally:
-                os.close(fd)
+        listed = _read(f"/proc/self/task/{tid}/children") or b""  # or the thread ended
+        found.update(int(pid) for pid in listed.split())  # ours never fork
     return found - _sentinels
 
 
