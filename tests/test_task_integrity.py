@@ -591,6 +591,22 @@ async def test_an_attempt_crowded_off_its_cpu_reports_it_was_starved(runner, tmp
         hog.wait()
     assert crowded.outcome is Outcome.SUCCESS
     assert crowded.starved and crowded.peak.cores < 0.8
-    again = AttemptSpec("t", 2, spin, Resources(1, 500, 10), "", str(tmp_path))
-    alone = await runner.run(again, frozenset({cpu}))
-    assert not alone.starved and alone.peak.cores > 0.8
+    for attempt in (2, 3, 4):  # alone: unless another process took the core meanwhile
+        before = _busy_s(cpu)
+        again = AttemptSpec("t", attempt, spin, Resources(1, 500, 10), "", str(tmp_path))
+        alone = await runner.run(again, frozenset({cpu}))
+        others = _busy_s(cpu) - before - alone.peak.cores * alone.peak.wall
+        if others < 0.2 * alone.peak.wall:
+            assert not alone.starved and alone.peak.cores > 0.8
+            return
+    pytest.skip(f"CPU {cpu} was never free of other processes for 1.5 s (this node is busy)")
+
+
+def _busy_s(cpu: int) -> float:
+    """The seconds CPU ``cpu`` has spent running something since boot (/proc/stat)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *ticks = line.split()
+        if name == f"cpu{cpu}":
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, ticks[:8])
+            return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    raise LookupError(f"no cpu{cpu} in /proc/stat")
