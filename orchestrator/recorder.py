@@ -163,18 +163,25 @@ class Recorder:
         )
 
     def attempt_ended(
-        self, spec: AttemptSpec, result: AttemptResult, why: str | None, t: float
+        self,
+        spec: AttemptSpec,
+        result: AttemptResult,
+        why: str | None,
+        t: float,
+        started: float | None = None,
     ) -> None:
+        """Ended at ``t``, started at ``started`` (None: when :meth:`attempt_started` said)."""
         key = self._attempt_key(spec.task_id, spec.attempt)
+        moments = {"end_t": t} if started is None else {"start_t": started, "end_t": t}
         self.store.stage(
             "attempts",
             key,
+            **moments,
             outcome=str(result.outcome),
             peak=result.peak.as_dict(),
             exit_code=result.exit_code,
             exhausted=result.exhaustion.resource if result.exhaustion else None,
             measured=result.exhaustion.measured if result.exhaustion else None,
-            end_t=t,
             output_tail=result.output_tail or None,
             cause=why,
             starved=result.starved or None,

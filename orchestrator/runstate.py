@@ -988,7 +988,7 @@ class RunState:
         why = cause(result, spec.allocation)
         if why is not None and self.running:  # not the attempts a run's end stops
             stage.causes[cause_kind(result)] += 1
-        self.recorder.attempt_ended(spec, result, why, self.now)
+        self.recorder.attempt_ended(spec, result, why, *_moments(since, self.now, result.peak.wall))
         task_run.allocation = None
         if result.outcome == Outcome.SUCCESS:
             task_run.state = TaskState.DONE
@@ -1228,3 +1228,17 @@ def _allocation_of(request: PilotRequest) -> Allocation:
         qos=request.qos,
         sbatch=request.extra,
     )
+
+
+def _moments(since: float | None, now: float, wall: float) -> tuple[float, float | None]:
+    """When an attempt that ran ``wall`` seconds by its worker's measure ended and started,
+    where the manager heard of its start at ``since`` and of its end ``now``: the end is
+    put no later than the measured run after the start, the start no later than the
+    measured run before the end. A result held while there was no manager (its worker
+    keeps it until a manager takes the run up) ended when it ended, not when it came; an
+    attempt that started while there was none started before its manager heard."""
+    if since is None:
+        return now, None
+    if since + wall <= now:
+        return since + wall, since
+    return now, now - wall

@@ -108,6 +108,31 @@ def test_a_run_killed_while_attempts_wait_on_busy_workers_resumes_and_completes_
     assert crash.leftovers() == []
 
 
+def test_an_attempt_that_ended_while_the_run_had_no_manager_ended_when_its_run_did(tmp_path):
+    """A worker keeps the result of an attempt that ends while there is no manager and gives it
+    to the one that takes the run up: the attempt ran its own seconds (status, logs, the
+    report's timeline), not until the run was resumed."""
+    crash = Crash(tmp_path, "local", tasks=2, naps=("1", "0"))
+    crash.start()
+    assert crash.wait_for(lambda c: len(attempts(c.db, "running")) == 2), (
+        crash.manager.stderr.read()
+    )
+    crash.kill()
+    held = attempts(crash.db, "running")
+    deadline = time.monotonic() + 60
+    while crash.done("a") < 2 and time.monotonic() < deadline:  # no manager hears them end
+        time.sleep(0.05)
+    time.sleep(2)
+    summary = crash.resume()
+    assert summary["status"] == "done", summary["error"]
+    with contextlib.closing(sqlite3.connect(crash.db)) as con:
+        rows = con.execute("SELECT task_id, attempt, end_t - start_t, peak FROM attempts")
+        took = {(task, n): (span, json.loads(peak)["wall"]) for task, n, span, peak in rows}
+    for key in held:
+        span, wall = took[key]
+        assert wall >= 1 and span == pytest.approx(wall), (key, span, wall)
+
+
 def test_the_attempts_of_a_pilot_that_ended_while_the_run_had_no_manager_run_again_at_once(
     tmp_path,
 ):
