@@ -167,16 +167,19 @@ class Recorder:
         spec: AttemptSpec,
         result: AttemptResult,
         why: str | None,
-        t: float,
-        started: float | None = None,
+        heard: float,
+        ran: tuple[float, float | None],
     ) -> None:
-        """Ended at ``t``, started at ``started`` (None: when :meth:`attempt_started` said)."""
+        """Its result came at ``heard``; ``ran``: when it ended and started (None: when
+        :meth:`attempt_started` said)."""
         key = self._attempt_key(spec.task_id, spec.attempt)
-        moments = {"end_t": t} if started is None else {"start_t": started, "end_t": t}
+        end, start = ran
+        moments = {"end_t": end} if start is None else {"start_t": start, "end_t": end}
         self.store.stage(
             "attempts",
             key,
             **moments,
+            result_t=heard,
             outcome=str(result.outcome),
             peak=result.peak.as_dict(),
             exit_code=result.exit_code,

@@ -988,7 +988,8 @@ class RunState:
         why = cause(result, spec.allocation)
         if why is not None and self.running:  # not the attempts a run's end stops
             stage.causes[cause_kind(result)] += 1
-        self.recorder.attempt_ended(spec, result, why, *_moments(since, self.now, result.peak.wall))
+        moments = _moments(since, self.now, result.peak.wall)
+        self.recorder.attempt_ended(spec, result, why, self.now, moments)
         task_run.allocation = None
         if result.outcome == Outcome.SUCCESS:
             task_run.state = TaskState.DONE

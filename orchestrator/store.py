@@ -97,6 +97,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "measured",
             "start_t",
             "end_t",
+            "result_t",
             "output_tail",
             "cause",
             "starved",

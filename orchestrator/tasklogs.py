@@ -10,7 +10,7 @@ attempt's output as it ends, reading the store at most once every :data:`FOLLOW_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +52,11 @@ async def run_row(store: Store, run_id: str) -> StoreRow | None:
 async def attempts(
     store: Store, run_id: str, task_id: str | None = None, since: float | None = None
 ) -> list[StoreRow]:
-    """The run's attempts (of ``task_id`` only, if given; those that ended at or after
-    ``since``, if given), in the order they started."""
+    """The run's attempts (of ``task_id`` only, if given; those whose result the manager
+    had at or after ``since``, if given), in the order they started."""
     where = {"run_id": run_id} | ({} if task_id is None else {"task_id": task_id})
     return await store.rows(
-        "attempts", where, order="start_t", since=None if since is None else {"end_t": since}
+        "attempts", where, order="start_t", since=None if since is None else {"result_t": since}
     )
 
 
@@ -246,9 +246,13 @@ async def follow(
     seen: Collection[StoreRow] = (),
 ) -> RunState:
     """Show each attempt of the run (of ``task_id``, if given) that ended, but those ``seen``,
-    then each one as it ends, until the run is no longer going; the state it is in then."""
+    then each one as it ends, until the run is no longer going; the state it is in then.
+
+    Paged by when the manager had each result, not by the attempts' ends: a result a worker
+    kept through a lost connection ended before those the manager had meanwhile. A run whose
+    manager records no such moment (an earlier version's) is read whole at each poll."""
     shown = {(r["task_id"], r["attempt"]) for r in seen}
-    since = max((r["end_t"] for r in seen if r["end_t"] is not None), default=None)
+    since = _last_result(seen)
     while True:
         run = await run_row(store, run_id)
         assert run is not None
@@ -265,10 +269,16 @@ async def follow(
         for log in await with_output(store, fresh):
             show(log)
             shown.add(log.key)
-        since = max((r["end_t"] for r in ended), default=since)
+        since = _last_result(ended, since)
         if now is not RunState.RUNNING:
             return now
         await clock.sleep(poll_s)
+
+
+def _last_result(rows: Iterable[StoreRow], since: float | None = None) -> float | None:
+    """When the manager had the last result of ``rows`` (``since`` if later, or none)."""
+    heard = [r["result_t"] for r in rows if r.get("result_t") is not None]
+    return max(heard + ([] if since is None else [since]), default=None)
 
 
 def running_note(rows: Sequence[Mapping[str, Any]]) -> str | None:

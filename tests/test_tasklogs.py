@@ -346,9 +346,11 @@ def test_follow_prints_each_attempt_once_as_it_ends_and_stops_with_the_run(tmp_p
     shown: list[tuple[str, int]] = []
     key = {"run_id": "r"}
 
-    def attempt(store, task_id, n, t, outcome="success"):
+    def attempt(store, task_id, n, t, outcome="success", ended=None):
+        """Its result comes at ``t``; it ended then, or at ``ended`` (held by its worker)."""
         row = {"run_id": "r", "task_id": task_id, "attempt": n}
-        store.stage("attempts", row, outcome=outcome, start_t=t - 1, end_t=t)
+        end = t if ended is None else ended
+        store.stage("attempts", row, outcome=outcome, start_t=end - 1, end_t=end, result_t=t)
         store.stage("outputs", row, stdout={"head": f"{task_id}/{n}\n", "tail": "", "cut": 0})
 
     async def main():
@@ -375,12 +377,16 @@ def test_follow_prints_each_attempt_once_as_it_ends_and_stops_with_the_run(tmp_p
                 await store.flush()
                 await asyncio.sleep(0.1)
                 attempt(store, "a.2", 1, 3.0)
+                await store.flush()
+                await asyncio.sleep(0.1)
+                attempt(store, "a.3", 1, 4.0, ended=1.5)  # before those shown: kept by its worker
                 await store.put("runs", key, status="done")
                 return await asyncio.wait_for(following, 5)
 
     final = clock.run(main(), virtual=False)
     assert final is RunState.DONE
-    assert shown == [("a.0", 1)] * (not whole_run) + [("a.1", 1), ("a.1", 2), ("a.2", 1)]
+    followed = [("a.1", 1), ("a.1", 2), ("a.2", 1), ("a.3", 1)]
+    assert shown == [("a.0", 1)] * (not whole_run) + followed
 
 
 def test_follow_of_a_run_that_is_over_prints_what_it_did_and_says_so(local_run):
