@@ -711,7 +711,7 @@ async def test_a_worker_reconnects_to_a_new_manager(tmp_path):
         async with Manager(SECRET, port=port, heartbeat_s=0.1, on_join=joined.put_nowait):
             worker = await asyncio.wait_for(joined.get(), 5)
             assert (await worker.run(spec("next", "true"))).outcome is Outcome.SUCCESS
-            assert agent.runner.running == 0
+            await until(lambda: agent.runner.running == 0, 5)  # stopped, if not before `true`
             await worker.shutdown()
         assert await cluster.agents[0] == 0
 
