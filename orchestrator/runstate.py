@@ -1237,9 +1237,8 @@ def _moments(since: float | None, now: float, wall: float) -> tuple[float, float
     put no later than the measured run after the start, the start no later than the
     measured run before the end. A result held while there was no manager (its worker
     keeps it until a manager takes the run up) ended when it ended, not when it came; an
-    attempt that started while there was none started before its manager heard."""
-    if since is None:
-        return now, None
-    if since + wall <= now:
-        return since + wall, since
+    attempt that started while there was none started before its manager heard. The start
+    is None where it stays as recorded."""
+    if since is None or since + wall <= now:
+        return (now if since is None else since + wall), None
     return now, now - wall

@@ -17,7 +17,7 @@ from learners.resources import Resources
 from learners.sizing.base import Exhaustion
 from orchestrator.agent import lineage
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec, Outcome, cause
-from orchestrator.agent.monitor import Monitor, MonitorConfig, Sample, Usage
+from orchestrator.agent.monitor import CpuTimes, Monitor, MonitorConfig, Sample, Usage
 from orchestrator.agent.taskrun import Runner, RunnerConfig
 from orchestrator.events import AttemptEnded
 from orchestrator.runstate import TaskState
@@ -603,10 +603,7 @@ async def test_an_attempt_crowded_off_its_cpu_reports_it_was_starved(runner, tmp
 
 
 def _busy_s(cpu: int) -> float:
-    """The seconds CPU ``cpu`` has spent running something since boot (/proc/stat)."""
-    for line in Path("/proc/stat").read_text().splitlines():
-        name, *ticks = line.split()
-        if name == f"cpu{cpu}":
-            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, ticks[:8])
-            return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    raise LookupError(f"no cpu{cpu} in /proc/stat")
+    """The seconds CPU ``cpu`` has spent running something since boot (the monitor's read)."""
+    times = CpuTimes.read()
+    assert times is not None
+    return times.busy[cpu] / os.sysconf("SC_CLK_TCK")
