@@ -37,6 +37,21 @@ def state(job_id: str) -> str:
     return sh("squeue", "--noheader", "-j", job_id, "--states=all", "--format=%T").strip()
 
 
+def span(job_id: str) -> tuple[float | None, float | None]:
+    """When Slurm started and ended ``job_id`` (Unix times); None for what has not happened."""
+    out = sh("scontrol", "show", "job", "-o", job_id)
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+    def at(field: str) -> float:
+        return time.mktime(time.strptime(fields[field], "%Y-%m-%dT%H:%M:%S"))
+
+    job = fields["JobState"]
+    return (
+        None if job == "PENDING" else at("StartTime"),
+        None if job in ("PENDING", "RUNNING") else at("EndTime"),
+    )
+
+
 @pytest.fixture
 def cluster():
     cluster = Cluster()
@@ -50,7 +65,8 @@ def test_an_auto_pilot_with_a_learned_limit_backfills_where_24_hours_cannot(tmp_
     them (Slurm reserves the node for it when the first may end), and a hand-written pilot
     of 4 CPUs and 24 hours waits behind it: the 4 free CPUs are a gap of less than 5
     minutes. The second run's automatic pilot, 4 CPUs and a limit of a few minutes, starts
-    in that gap while the 24 h job still waits."""
+    in that gap while the 24 h job still waits. The jobs' order is checked on Slurm's record
+    of their starts and ends, whatever time the run took to return."""
     workflow = loads(textwrap.dedent(WORKFLOW), source=tmp_path / "wf.toml")
     config = slurm_config(tmp_path, "per-stage")
 
@@ -76,8 +92,12 @@ def test_an_auto_pilot_with_a_learned_limit_backfills_where_24_hours_cannot(tmp_
     assert "run times learned of 4 in earlier runs" in pilot["fit"]
     (figures,) = second.pilots
     assert figures.wait is not None and figures.wait < 60  # backfilled, not after the blocker
-    assert state(blocker) == "RUNNING"
-    assert state(hand) == "PENDING"  # the 24 h limit does not fit the gap
+    (pilot_start, pilot_end), (_, blocker_end) = span(pilot["job_id"]), span(blocker)
+    hand_start, _ = span(hand)
+    timeline = dict(pilot=(pilot_start, pilot_end), blocker_end=blocker_end, hand=hand_start)
+    assert pilot_start is not None and (blocker_end is None or pilot_start < blocker_end), timeline
+    # the 24 h limit does not fit the gap: it waits for the blocker's end, if not for more
+    assert hand_start is None or (blocker_end is not None and hand_start >= blocker_end), timeline
 
 
 def test_a_width_slurm_starts_now_is_chosen_though_it_was_learned_to_wait(tmp_path, cluster):
