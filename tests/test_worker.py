@@ -606,7 +606,7 @@ async def test_a_task_killed_with_its_worker_is_lost_and_one_killed_alone_failed
         agent.shutdown("SIGTERM")
         result = await with_worker
         assert (result.outcome, result.exit_code) == (Outcome.LOST, -signal.SIGTERM)
-        assert "killed with its worker (SIGTERM)" in result.output_tail
+        assert "[leadtime] stopped: worker shut down: SIGTERM" in result.output_tail
 
 
 async def test_a_shell_whose_command_was_killed_with_its_worker_is_lost_too(tmp_path):
@@ -622,7 +622,7 @@ async def test_a_shell_whose_command_was_killed_with_its_worker_is_lost_too(tmp_
         agent.shutdown("SIGTERM")
         result = await with_worker
         assert (result.outcome, result.exit_code) == (Outcome.LOST, 128 + signal.SIGTERM)
-        assert "killed with its worker (SIGTERM)" in result.output_tail
+        assert "[leadtime] stopped: worker shut down: SIGTERM" in result.output_tail
 
 
 async def test_strangers_are_refused_and_the_run_goes_on(tmp_path):

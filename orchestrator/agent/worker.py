@@ -317,6 +317,12 @@ def make_options(
     )
 
 
+def shut_down(reason: str) -> str:
+    """Why a worker's shutdown ended an attempt, whether the worker stopped it or the signal
+    that stopped the worker (meant for the whole job) reached the task first."""
+    return f"worker shut down: {reason}"
+
+
 class Agent:
     """One worker: a connection to the manager and the attempts it runs."""
 
@@ -397,8 +403,8 @@ class Agent:
         """Kill the running tasks and drop the waiting ones (all reported lost), and leave."""
         self.drain(reason)
         self._shut = True
-        self._drop_waiting(f"worker shut down: {reason}")
-        self.runner.stop_all(f"worker shut down: {reason}")
+        self._drop_waiting(shut_down(reason))
+        self.runner.stop_all(shut_down(reason))
 
     # --- connection -------------------------------------------------------------------------
 
@@ -563,7 +569,7 @@ class Agent:
                 await self._left.wait()
         if self.leaving is None:
             return result
-        why = f"[leadtime] killed with its worker ({self.leaving})\n"
+        why = f"[leadtime] stopped: {shut_down(self.leaving)}\n"  # as if the worker stopped it
         return replace(result, outcome=Outcome.LOST, output_tail=why + result.output_tail)
 
     def _refused(self, spec: AttemptSpec) -> AttemptResult:
