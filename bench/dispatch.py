@@ -1,25 +1,32 @@
 """Dispatch throughput: N no-op commands (``true``) on W local workers, leadtime against peers.
 
-python bench/dispatch.py [--tasks N] [--workers W] [--calls] [--json] [--only leadtime|parsl|dask]
+python bench/dispatch.py [--tasks N] [--workers W] [--calls] [--json]
+                         [--only leadtime|parsl|dask|hyperqueue]
 
 leadtime runs a workflow of N ``true`` tasks through the real engine on the local backend
 (one pilot of W workers of one core, each task declaring one core); Parsl runs N bash
 apps on a HighThroughputExecutor with a LocalProvider and W workers; Dask distributed
 runs N functions that run ``true`` with subprocess on a LocalCluster of W one-thread
-worker processes. Every system runs W tasks at a time (2 by default, one per core of a
-2-core machine; more than the cores shows the manager's side when the workers' is the
-bound), each ``true`` through ``/bin/sh -c``, and each runs in a fresh interpreter of its own.
+worker processes; HyperQueue runs one job of N programs on a LocalCluster of its Python
+API (its Rust server and W workers of one core, as ``hq server start`` and ``hq worker
+start --cpus 1`` would run them; each task's stdout and stderr to files, its default).
+Every system runs W tasks at a time (2 by default, one per core of a 2-core machine; more
+than the cores shows the manager's side when the workers' is the bound), each ``true``
+through ``/bin/sh -c``, and each runs in a fresh interpreter of its own.
 
 Throughput is tasks over the time from the first task's start (leadtime: the first
 attempt's start; peers: submitting all tasks to workers already up) to the last result
-in hand; ``startup_s`` is the time before that (starting workers, and for leadtime also
+in hand (HyperQueue's client learns of its job's end by polling, once a second at most, so
+its span may run up to a second long: under 3% of 10,000 tasks at its pace here);
+``startup_s`` is the time before that (starting workers, and for leadtime also
 submitting its pilot). ``manager_cpu_ms_per_task`` is the CPU time (user + system, all
 threads) of leadtime's manager process over the whole run, divided by N; the workers'
 CPU is not in it. The manager collects garbage as ``leadtime`` sets it, the peers as Python's
 defaults do. ``--calls`` also counts the function calls leadtime's manager makes per task, in a
 second run under Python's profiler (``manager_calls_per_task``): a measure of its work that the
 load of a shared machine does not move, where its CPU time per task varies by a quarter from run
-to run. Parsl and Dask need ``pip install 'leadtime[bench]'``.
+to run. leadtime's line gives its ratio to each peer. The peers need ``pip install
+'leadtime[bench]'``.
 """
 
 from __future__ import annotations
@@ -35,11 +42,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 from backends import clock
 
-SYSTEMS = ("leadtime", "parsl", "dask")
+SYSTEMS = ("leadtime", "parsl", "dask", "hyperqueue")
 COMMAND = "true"
 CORES = os.cpu_count() or 1
 
@@ -185,7 +193,58 @@ def measure_dask(tasks: int, workers: int) -> dict[str, object]:
     }
 
 
-MEASURES = {"leadtime": measure_leadtime, "parsl": measure_parsl, "dask": measure_dask}
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """What a peer prints to the process's standard output goes to its standard error, which
+    leaves the rows alone on the output (HyperQueue's server writes a table of itself there,
+    from Rust: past ``sys.stdout``)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def measure_hyperqueue(tasks: int, workers: int) -> dict[str, object]:
+    from hyperqueue import Job, LocalCluster
+    from hyperqueue.cluster import WorkerConfig
+
+    with tempfile.TemporaryDirectory(prefix="hq-dispatch-") as tmp, stdout_to_stderr():
+        start = clock.monotonic()
+        with LocalCluster(server_dir=str(Path(tmp) / "server")) as cluster:
+            for _ in range(workers):
+                cluster.start_worker(WorkerConfig(cores=1))
+            client = cluster.client()
+            warm = Job(tmp)
+            warm.program(["/bin/sh", "-c", COMMAND])
+            client.wait_for_jobs([client.submit(warm)])  # the workers are up
+            t0 = clock.monotonic()
+            job = Job(tmp)
+            for _ in range(tasks):
+                job.program(["/bin/sh", "-c", COMMAND])
+            done = client.wait_for_jobs([client.submit(job)], raise_on_error=False)
+            span = clock.monotonic() - t0
+    if not done:
+        raise RuntimeError("some HyperQueue tasks failed")
+    return {
+        "system": "hyperqueue",
+        "tasks": tasks,
+        "tasks_per_s": tasks / span,
+        "startup_s": t0 - start,
+    }
+
+
+MEASURES = {
+    "leadtime": measure_leadtime,
+    "parsl": measure_parsl,
+    "dask": measure_dask,
+    "hyperqueue": measure_hyperqueue,
+}
+NAMES = {"parsl": "Parsl", "dask": "Dask", "hyperqueue": "HyperQueue"}
 MISSING = "not installed: pip install 'leadtime[bench]'"
 
 
@@ -216,20 +275,23 @@ def measure_here(system: str, tasks: int, workers: int, calls: bool) -> dict[str
 
 
 def with_ratio(rows: list[dict[str, object]]) -> list[dict[str, object]]:
-    peers = [r["tasks_per_s"] for r in rows if r["system"] != "leadtime" and "tasks_per_s" in r]
+    """leadtime's row grown with its throughput over each peer's and the fastest peer's."""
+    peers = {r["system"]: r.get("tasks_per_s") for r in rows if r["system"] != "leadtime"}
+    peers = {system: speed for system, speed in peers.items() if speed is not None}
     for row in rows:
         if row["system"] == "leadtime" and peers and "tasks_per_s" in row:
-            row["ratio_to_best_peer"] = row["tasks_per_s"] / max(peers)
+            row["ratio_to_peer"] = {s: row["tasks_per_s"] / speed for s, speed in peers.items()}
+            row["ratio_to_best_peer"] = row["tasks_per_s"] / max(peers.values())
     return rows
 
 
 def show(rows: list[dict[str, object]]) -> None:
     for row in rows:
         if "error" in row:
-            print(f"{row['system']:<9} {row['error']}")
+            print(f"{row['system']:<10} {row['error']}")
             continue
         line = (
-            f"{row['system']:<9} {row['tasks_per_s']:8.0f} tasks/s"
+            f"{row['system']:<10} {row['tasks_per_s']:8.0f} tasks/s"
             f"   startup {row['startup_s']:5.2f} s"
         )
         if "manager_cpu_ms_per_task" in row:
@@ -237,7 +299,8 @@ def show(rows: list[dict[str, object]]) -> None:
         if "manager_calls_per_task" in row:
             line += f", {row['manager_calls_per_task']:.0f} calls/task"
         if "ratio_to_best_peer" in row:
-            line += f"   {row['ratio_to_best_peer']:.2f}x the faster peer"
+            each = ", ".join(f"{r:.2f}x {NAMES[s]}" for s, r in row["ratio_to_peer"].items())
+            line += f"\n{'':<10} {row['ratio_to_best_peer']:.2f}x the fastest peer ({each})"
         print(line)
 
 
