@@ -21,11 +21,14 @@ its span may run up to a second long: under 3% of 10,000 tasks at its pace here)
 ``startup_s`` is the time before that (starting workers, and for leadtime also
 submitting its pilot). ``manager_cpu_ms_per_task`` is the CPU time (user + system, all
 threads) of leadtime's manager process over the whole run, divided by N; the workers'
-CPU is not in it. The manager collects garbage as ``leadtime`` sets it, the peers as Python's
-defaults do. ``--calls`` also counts the function calls leadtime's manager makes per task, in a
-second run under Python's profiler (``manager_calls_per_task``): a measure of its work that the
-load of a shared machine does not move, where its CPU time per task varies by a quarter from run
-to run. leadtime's line gives its ratio to each peer. The peers need ``pip install
+CPU is not in it, but in ``workers_cpu_ms_per_task`` (its workers' processes and the
+tasks' shells they start, as the manager reaps them), beside ``shell_cpu_ms``, what one
+``/bin/sh -c true`` alone costs (started 1,000 times after the run). The manager collects
+garbage as ``leadtime`` sets it, the peers as Python's defaults do. ``--calls`` also counts
+the function calls leadtime's manager makes per task, in a second run under Python's
+profiler (``manager_calls_per_task``): a measure of its work that the load of a shared
+machine does not move, where its CPU time per task varies by a quarter from run to run.
+leadtime's line gives its ratio to each peer. The peers need ``pip install
 'leadtime[bench]'``.
 """
 
@@ -52,9 +55,19 @@ COMMAND = "true"
 CORES = os.cpu_count() or 1
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+def shell_cpu_ms(times: int = 1000) -> float:
+    """The CPU time one ``/bin/sh -c true`` takes, started as a worker starts a task's shell:
+    the part of a task's cost no dispatcher can remove."""
+    before = cpu_seconds(resource.RUSAGE_CHILDREN)
+    for _ in range(times):
+        pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", COMMAND], os.environ, setsid=True)
+        os.waitpid(pid, 0)
+    return 1000 * (cpu_seconds(resource.RUSAGE_CHILDREN) - before) / times
 
 
 def measure_leadtime(tasks: int, workers: int, calls: bool = False) -> dict[str, object]:
@@ -91,17 +104,19 @@ def measure_leadtime(tasks: int, workers: int, calls: bool = False) -> dict[str,
         async def main():
             async with await Store.open(Path(tmp) / "store.db") as store:
                 cpu, start = cpu_seconds(), clock.now()
+                workers = cpu_seconds(resource.RUSAGE_CHILDREN)
                 with profiling:
                     summary = await execute(workflow, config, store)
                 cpu, wall = cpu_seconds() - cpu, clock.now() - start
+                workers = cpu_seconds(resource.RUSAGE_CHILDREN) - workers
                 attempts = await store.rows("attempts", {"run_id": summary.run_id})
-            return summary, attempts, cpu, wall
+            return summary, attempts, cpu, workers, wall
 
         profiling = cProfile.Profile() if calls else contextlib.nullcontext()
         collected = gc.get_threshold()
         collect_less()  # as the command line does; the peers measured after keep Python's
         try:
-            summary, attempts, cpu, wall = clock.run(main(), virtual=False)
+            summary, attempts, cpu, workers, wall = clock.run(main(), virtual=False)
         finally:
             gc.set_threshold(*collected)
     if summary.status != "done":
@@ -120,6 +135,8 @@ def measure_leadtime(tasks: int, workers: int, calls: bool = False) -> dict[str,
         "wall_s": wall,
         "attempts": len(attempts),
         "manager_cpu_ms_per_task": 1000 * cpu / tasks,
+        "workers_cpu_ms_per_task": 1000 * workers / tasks,
+        "shell_cpu_ms": shell_cpu_ms(),
     }
 
 
@@ -295,7 +312,10 @@ def show(rows: list[dict[str, object]]) -> None:
             f"   startup {row['startup_s']:5.2f} s"
         )
         if "manager_cpu_ms_per_task" in row:
-            line += f"   manager CPU {row['manager_cpu_ms_per_task']:.3f} ms/task"
+            line += (
+                f"   CPU per task: manager {row['manager_cpu_ms_per_task']:.3f} ms, workers "
+                f"{row['workers_cpu_ms_per_task']:.2f} ms (a shell alone {row['shell_cpu_ms']:.2f})"
+            )
         if "manager_calls_per_task" in row:
             line += f", {row['manager_calls_per_task']:.0f} calls/task"
         if "ratio_to_best_peer" in row:
