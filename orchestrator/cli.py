@@ -780,7 +780,7 @@ def _record(run_id: str | None, db: Path | None) -> RunRecord:
     except StoreError as e:
         fail(str(e))
     if record is None:
-        fail(f"no run {run_id}")
+        fail(f"no run {run_id} (`leadtime status` lists the runs)")
     return record
 
 

@@ -203,7 +203,8 @@ def test_status_of_a_store_with_no_runs_says_so(empty_store):
 
 def test_status_of_no_such_run_is_a_one_line_error(demo):
     done = status(demo[0], "nope")
-    assert done.exit_code == 2 and "no run nope" in done.output
+    assert done.exit_code == 2
+    assert done.output.strip() == "error: no run nope (`leadtime status` lists the runs)"
 
 
 def test_a_failed_run_s_error_shows_its_first_line_and_json_all_of_it(tmp_path):
