@@ -5,7 +5,9 @@ For each backend (``local``; ``slurm`` when the local Slurm of ``scripts/slurm-l
 answers), twenty runs of a three-stage workflow of real tasks (tests/crash.py: each task
 appends its id to one file). The moment of each kill is drawn from a seeded schedule: a time
 after the start, the boundary between the first two stages, a point inside the second stage,
-or (Slurm) the middle of a pilot's submission. Then ``leadtime resume`` finishes the run.
+or (Slurm) the middle of a pilot's submission (the first or the second pilot the run submits:
+under the default strategy, ``elastic``, the run's two units). Then ``leadtime resume``
+finishes the run.
 
     python bench/resume_sweep.py [--backends local,slurm] [--points 20] [--seed 1]
 """
@@ -41,7 +43,7 @@ def schedule(seed: int, points: int, backend: str) -> list[tuple[str, float]]:
         elif kind == "second stage":
             out.append((kind, rng.randint(1, 6)))
         elif kind == "submission":
-            out.append((kind, rng.randint(4, 6)))  # 3 checks first, then pilots a, b, c
+            out.append((kind, rng.randint(1, 2)))  # the n-th pilot submitted
         else:
             out.append((kind, 0))
     return out

@@ -167,7 +167,9 @@ class Crash:
 
 
 SLOW_SBATCH = """#!/bin/sh
-# sbatch, one second late: {mark} exists while the second runs, and counts the submissions.
+# sbatch, one second late to submit a job: {mark} exists while the second runs, and counts the
+# submissions. A test submission (--test-only, the run's checks before it submits) is not one.
+case " $* " in *" --test-only "*) exec {sbatch} "$@";; esac
 echo >> "{mark}.count"
 {before}
 {sbatch} "$@"
@@ -182,8 +184,9 @@ LATE = 'touch "{mark}"; sleep 1'
 def slow_sbatch(
     directory: Path, answer_late: bool = False
 ) -> tuple[dict[str, str], Callable[[int], bool]]:
-    """A PATH whose sbatch is a second slow to queue the job (``answer_late``: to tell its
-    id, the job queued), and whether the n-th submission is in that second now."""
+    """A PATH whose sbatch is a second slow to queue a job (``answer_late``: to tell its id,
+    the job queued), and whether the n-th submission (the run's n-th pilot: its test
+    submissions do not count) is in that second now."""
     directory.mkdir(parents=True, exist_ok=True)
     mark = directory / "submitting"
     script = directory / "sbatch"

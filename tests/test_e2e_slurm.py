@@ -925,11 +925,11 @@ def test_a_killed_managers_slurm_run_resumes_and_completes_every_task_once(tmp_p
     tasks, the dependent one keeps its place in the queue), ``leadtime resume`` takes them
     over and finishes the run; no task runs twice and no job of the run is left queued."""
     env, submitting = slow_sbatch(tmp_path / "bin")
-    during = point == "during a pilot's submission"  # the 5th sbatch: 3 checks, a, then b
+    during = point == "during a pilot's submission"  # the 2nd pilot: a's, then b's
     crash = slurm_crash(tmp_path / "run", env if during else None)
     crash.start()
     try:
-        ready = crash.wait_for(lambda c: submitting(5) if during else c.done("a") >= 2, timeout=180)
+        ready = crash.wait_for(lambda c: submitting(2) if during else c.done("a") >= 2, timeout=180)
         assert ready, crash.manager.stderr.read()
         crash.kill()
         assert "manager gone" in crash.status()
@@ -956,10 +956,10 @@ def test_ctrl_c_while_sbatch_tells_the_job_id_leaves_no_job_queued(tmp_path, clu
     job by its name and cancels it, instead of leaving it to start with no manager."""
     cluster.background(120)  # the node is busy: the pilot stays queued
     env, submitting = slow_sbatch(tmp_path / "bin", answer_late=True)
-    crash = slurm_crash(tmp_path / "run", env)  # the 4th sbatch: 3 checks, then a's pilot
+    crash = slurm_crash(tmp_path / "run", env)  # its first pilot, a's
     crash.start()
     try:
-        assert crash.wait_for(lambda c: submitting(4), timeout=180), crash.manager.stderr.read()
+        assert crash.wait_for(lambda c: submitting(1), timeout=180), crash.manager.stderr.read()
         assert queued_of(crash)  # queued, its id not yet told
         crash.interrupt()
         assert crash.manager.returncode == 130
