@@ -514,6 +514,10 @@ def _start(
             fail(f"run {run_id} {how}: the simulated cluster lived in it; run it again", code)
         if sig is signal.SIGTERM and _read_store(db, lambda s: cancelling(s, run_id), False):
             fail(f"run {run_id} cancelled (leadtime cancel): its pilots were released", code)
+        if not _recorded(db, run_id):  # stopped while the batch system checked its pilots
+            if new_store:
+                _remove_store(db or default_path())
+            fail(f"run {run_id} {how} before it started: nothing was submitted", code)
         resume = f"leadtime resume {run_id} takes it up where it stopped"
         jobs = _read_store(db, lambda store: unreleased(store, run_id), []) if forced else []
         if jobs:
@@ -644,6 +648,14 @@ def cancel(
         fail(f"{e.system}: {e}")
     jobs = f": cancelled {', '.join(cancelled)}" if cancelled else ""
     out.print(f"run {run_id} cancelled{jobs}", highlight=False, markup=False)
+
+
+def _recorded(db: Path | None, run_id: str) -> bool:
+    """Whether the store holds run ``run_id`` (a run stopped before it was recorded has
+    nothing to take up); a store in memory is gone with the process, and says yes."""
+    if db == Path(":memory:"):
+        return True
+    return bool(_read_store(db, lambda store: store.rows("runs", {"run_id": run_id}), []))
 
 
 def _remove_store(path: Path) -> None:

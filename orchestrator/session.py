@@ -505,6 +505,9 @@ async def _execute(
     finally:
         if not engine.state.running or not engine.recorded:  # nothing a resume would take up
             run.end()
+        if not engine.recorded:  # stopped before it began: its directory goes, if empty
+            with contextlib.suppress(OSError):
+                dirs.run_dir.rmdir()
 
 
 def _text(workflow: Workflow) -> str | None:

@@ -321,10 +321,12 @@ def leadtime_run(
 
 
 def run_jobs(tmp_path: Path) -> Cluster:
-    """The jobs of the one run started in ``tmp_path`` by the command line."""
+    """The jobs of the one run started in ``tmp_path`` by the command line (its id as the lock
+    of its workflow's working directory has it: a run that never began leaves no directory)."""
     cluster = Cluster()
-    (run_dir,) = [p for p in (tmp_path / "work" / ".leadtime").iterdir() if p.is_dir()]
-    cluster.run_id, cluster.prefix = run_dir.name, f"lt-{run_dir.name}"
+    (lock,) = (tmp_path / "work" / ".leadtime").glob("*.lock")
+    run_id = json.loads(lock.read_text())["run_id"]
+    cluster.run_id, cluster.prefix = run_id, f"lt-{run_id}"
     return cluster
 
 
@@ -352,7 +354,7 @@ def test_invalid_partition_stops_the_run_before_anything_is_queued(tmp_path):
         assert "invalid partition" in err.lower() and "(--partition)" in err
         assert "Traceback" not in err
         assert jobs.jobs() == []  # not even the valid first stage's pilot
-        assert not (tmp_path / "work" / ".leadtime" / jobs.run_id / "secret").exists()
+        assert not (tmp_path / "work" / ".leadtime" / jobs.run_id).exists()  # nor its secret
     finally:
         jobs.clean()
 
@@ -375,6 +377,43 @@ def test_an_unknown_sbatch_option_is_named_before_anything_is_queued(tmp_path):
         assert run.returncode == 2, err
         assert "unrecognized option '--frobnicate=3'" in err and "(--frobnicate)" in err
         assert jobs.jobs() == []
+    finally:
+        jobs.clean()
+
+
+def test_ctrl_c_while_the_batch_system_checks_the_pilots_leaves_nothing(tmp_path):
+    """Ctrl-C while ``sbatch --test-only`` checks the run's pilots, before anything was
+    submitted or recorded: the run says so (there is nothing to resume), and leaves no job,
+    no store it made and no run directory."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    checking = tmp_path / "checking"
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/sh\ncase " $* " in *" --test-only "*) touch {checking}; sleep 2;; esac\n'
+        f'exec {shutil.which("sbatch")} "$@"\n'
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    run = leadtime_run(tmp_path, TWO_STAGES.replace("SLEEP", "true"), path=str(bin_dir))
+    try:
+        for _ in range(600):
+            if checking.exists() or run.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert checking.exists()
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    jobs = run_jobs(tmp_path)
+    try:
+        assert run.returncode == 130, err
+        assert (
+            f"error: run {jobs.run_id} interrupted before it started: nothing was submitted" in err
+        )
+        assert "resume" not in err and "Traceback" not in err, err
+        assert jobs.jobs() == []
+        assert not (tmp_path / "db").exists()
+        assert not (tmp_path / "work" / ".leadtime" / jobs.run_id).exists()
     finally:
         jobs.clean()
 
@@ -413,7 +452,11 @@ def two_stage_run(tmp_path: Path, *, slow_release: bool = False) -> Iterator[tup
     try:
         for _ in range(300):  # the task starts within seconds
             runs = tmp_path / "work" / ".leadtime"
-            if jobs is None and runs.exists() and any(p.is_dir() for p in runs.iterdir()):
+            if (
+                jobs is None
+                and runs.exists()
+                and any(p.stat().st_size for p in runs.glob("*.lock"))
+            ):
                 jobs = run_jobs(tmp_path)
             if jobs and subprocess.run(["pgrep", "-fx", sleep], check=False).returncode == 0:
                 break
