@@ -394,22 +394,26 @@ class Engine:
     # ---- pilots ---------------------------------------------------------------
 
     async def _preflight(self) -> None:
-        """Ask the backend about every pilot the planner may submit, and check that every
-        stage's tasks fit its nodes, before submitting anything."""
+        """Ask the backend about every pilot the planner may submit (each allocation once: on a
+        busy cluster a test submission takes a while), and check that every stage's tasks fit
+        its nodes, before submitting anything."""
         try:
             pilots = self.planner.allocations(self.state.first_views())
         except SubmitError as e:
             where = self.workflow.source or self.workflow.name
             raise Refused(f"{where}: {e}; nothing was submitted", e.option) from e
-        for i, pilot in enumerate(pilots):
+        asked: dict[Allocation, list[str]] = {}  # each allocation once, with its stages
+        for pilot in pilots:
+            asked.setdefault(pilot.allocation, []).extend(pilot.stages)
+        for i, (allocation, stages) in enumerate(asked.items()):
             try:
-                await self.backend.check(self.state.request(f"check-{i}", pilot.allocation, ()))
+                await self.backend.check(self.state.request(f"check-{i}", allocation, ()))
             except SubmitError as e:
-                where = self.workflow.refused(pilot.stages, e.option, pilot.allocation)
+                where = self.workflow.refused(stages, e.option, allocation)
                 culprit = f" ({e.option})" if e.option else ""
                 raise Refused(
                     f"{where}: the batch system refused a pilot of "
-                    f"{human.allocation(pilot.allocation)} in a test submission: {e}{culprit}; "
+                    f"{human.allocation(allocation)} in a test submission: {e}{culprit}; "
                     "nothing was submitted",
                     e.option,
                 ) from e

@@ -233,6 +233,42 @@ def test_a_release_that_fails_at_the_end_leaves_no_other_pilot_and_the_run_recor
     assert states == {"1": "RUNNING", "2": "CANCELLED", "3": "CANCELLED"}
 
 
+class CountedChecks(MockSlurm):
+    """The simulated cluster, counting the test submissions it is asked."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.checked: list[tuple[int, float | None, float]] = []
+
+    async def check(self, request):
+        self.checked.append((request.cores, request.memory_mb, request.time_limit_s))
+        await super().check(request)
+
+
+@pytest.mark.parametrize("strategy", ["elastic", "per-stage"])
+def test_each_allocation_is_checked_once_before_anything_is_submitted(strategy):
+    """Stages of one allocation need one test submission (``sbatch --test-only`` takes a
+    while on a busy controller); elastic asks each stage's allocation and its unit."""
+    stage = """
+        [[stage]]
+        name = "{name}"
+        allocation = {{ cores = 2, memory = "1G", time = "10m" }}
+        tasks = {{ command = "true", count = 4, cores = 1, memory = "50M", disk = "1M" }}
+        simulate = {{ duration = "10", memory = "10", disk = "0.1" }}
+        """
+    workflow = loads('name = "same"' + "".join(stage.format(name=n) for n in "abc"))
+
+    async def main():
+        backend = CountedChecks(ClusterSpec(nodes=2, cores_per_node=28, memory_per_node_mb=8000))
+        async with await Store.open(":memory:") as store:
+            summary = await execute(workflow, RunConfig(strategy=strategy), store, backend=backend)
+        return backend.checked, summary
+
+    checked, summary = clock.run(main(), virtual=True)
+    assert summary.status == "done", summary.error
+    assert len(checked) == len(set(checked)) == (2 if strategy == "elastic" else 1)
+
+
 def test_stage_phases_follow_the_dag():
     workflow = loads(
         """
