@@ -18,7 +18,7 @@ second table checks the issue's goals per trace: the default against the best
 single published sizer that retries at most 10% of tasks, and its cores against
 the user's request (AWE and throughput).
 
-    python bench/sizing_default.py [--json] [--sizer a,b] [--trace x,y] [--workers 20]
+    python bench/sizing_default.py [--json] [--sizer a,b] [--trace x,y] [--workers 20] [--seed 0]
     python bench/sizing_default.py --rows rows.json   # the report from saved --json rows
 """
 
@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         "--trace", help="only traces whose names contain one of these, comma separated"
     )
     parser.add_argument("--workers", type=int, default=20)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the kill draws and the sizers' generators"
+    )
     parser.add_argument("--json", action="store_true", help="per trace and sizer rows")
     parser.add_argument("--rows", help="report on rows saved by --json instead of replaying")
     args = parser.parse_args(argv)
@@ -93,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 worker=worker,
                 time_varying=False,
                 arrivals=arrivals,
+                seed=args.seed,
             )
             rows.append(
                 {

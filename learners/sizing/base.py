@@ -136,6 +136,10 @@ class Running:
         """How many attempts of ``category`` run now, or wait on their worker to start."""
         return len(self._starts.get(category, ())) + self._waiting.get(category, 0)
 
+    def busy(self) -> int:
+        """How many attempts of every category run now, or wait on their worker to start."""
+        return sum(map(len, self._starts.values())) + sum(self._waiting.values())
+
     def outlasting(self, category: str, wall: float) -> int:
         """How many attempts of ``category`` have run ``wall`` seconds or longer by now."""
         return bisect.bisect_right(self._starts.get(category, ()), self.now - wall)

@@ -82,6 +82,12 @@ SLOWED = 0.1
 share their memory and disk take: a task slowed down ends the run later when it is among
 the last, and a run whose workers are not full gains nothing from it (the median use, which
 slowed half the tasks, cut the k-Segments sarek trace's tasks per worker-hour from 99.7 to 35.4)."""
+PACKING_SLOWED = 2 * SLOWED
+"""Share of a category's tasks that may get fewer cores than they use where that lets one more
+of its tasks fit on a worker (its memory and disk leave room for it): the worker then runs
+``k + 1`` tasks where it ran ``k``, and the tasks the :data:`SLOWED` quantile did not slow
+already run at least ``k / (k + 1)`` of their speed (the synthetic exponential workflow: 8.9
+cores, one task a worker; 8 cores, two, slowing 10.5% of its tasks instead of 10%)."""
 
 
 def _kill_share(resource: Resource) -> float:
@@ -169,6 +175,7 @@ class BudgetCategory:
         outlasting: Callable[[float], int] | None = None,
         concurrent: Callable[[], int] | None = None,
         queued: Callable[[], int | None] | None = None,
+        busy: Callable[[], int] | None = None,
     ) -> None:
         if not 0 < budget < 1:
             raise ValueError(f"the retry budget is a share of tasks in (0, 1), not {budget}")
@@ -200,6 +207,9 @@ class BudgetCategory:
         self.queued = queued
         """How many tasks of the workflow wait for room, the one sized among them (None: the
         executor does not tell)."""
+        self.busy = busy
+        """How many attempts of the workflow, of every category, run now (None: the executor
+        does not tell)."""
 
     def few(self, n: int) -> bool:
         """Whether ``n`` records are too few for the quantile: its largest is grown instead."""
@@ -229,16 +239,43 @@ class BudgetCategory:
         :data:`SLOWED` quantile of the use where that is more; never more than the quantile
         of the use the killers get. Where the executor tells that no other task waits for
         room, that quantile (a task slowed then leaves cores no task takes), or the cores
-        ``requested`` where fewer (the user chose that pace)."""
+        ``requested`` where fewer (the user chose that pace).
+
+        Cores below the use are worth only the tasks they let fit beside: with ``k`` of the
+        category's tasks on a worker at those cores, where its memory and disk leave room
+        for one more, ``cores / (k + 1)`` of the worker, if that slows no more than
+        :data:`PACKING_SLOWED` of the category's tasks; where they do not, and the category's
+        tasks alone run on the workers while others wait, ``cores / k`` up to the cores
+        ``requested``: the cores a task would leave below that fit no task waiting (the
+        next is its like), and slowing it only ends it later."""
         queued = self.queued() if self.queued is not None else None
         if queued is not None and queued <= 1:
             return min(sized["cores"], requested or math.inf)
-        share = max(
-            (sized[r] / worker[r] for r in PACKED if r in sized and r not in SLOWING),
-            default=0.0,
+        killers = [r for r in PACKED if r in sized and r not in SLOWING]
+        share = max((sized[r] / worker[r] for r in killers), default=0.0)
+        uses = self.peaks["cores"]
+        cores = min(sized["cores"], max(share * worker.cores, _at(uses, 1.0 - SLOWED)))
+        if cores <= 0:
+            return cores
+        room = min(
+            (math.floor(worker[r] / sized[r] + 1e-9) for r in killers if sized[r] > 0),
+            default=math.inf,
         )
-        slowed = _at(self.peaks["cores"], 1.0 - SLOWED)
-        return min(sized["cores"], max(share * worker.cores, slowed))
+        fit = max(1, min(room, math.floor(worker.cores / cores + 1e-9)))
+        if room > fit:
+            packed = worker.cores / (fit + 1)
+            if uses.n - uses.below(packed + 1e-9) <= PACKING_SLOWED * uses.n:
+                return packed
+        if requested and self._alone():
+            return max(cores, min(requested, worker.cores / fit))
+        return cores
+
+    def _alone(self) -> bool:
+        """Whether the category's attempts are the only ones the executor runs now."""
+        if self.busy is None or self.concurrent is None:
+            return False
+        busy = self.busy()
+        return busy > 0 and self.concurrent() >= busy
 
     def quantile(
         self, resource: Resource, censored: int = 0, requested: float | None = None

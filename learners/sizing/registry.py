@@ -195,6 +195,7 @@ def _factory(
             outlasting=partial(running.outlasting, category),
             concurrent=partial(running.count, category),
             queued=lambda: running.queued,
+            busy=running.busy,
             **options,
         )
     if _family(name) == "tovar":
