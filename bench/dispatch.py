@@ -1,6 +1,6 @@
 """Dispatch throughput: N no-op commands (``true``) on W local workers, leadtime against peers.
 
-python bench/dispatch.py [--tasks N] [--workers W] [--calls] [--json]
+python bench/dispatch.py [--tasks N] [--workers W] [--repeat R] [--calls] [--json]
                          [--only leadtime|parsl|dask|hyperqueue]
 
 leadtime runs a workflow of N ``true`` tasks through the real engine on the local backend
@@ -28,7 +28,10 @@ garbage as ``leadtime`` sets it, the peers as Python's defaults do. ``--calls`` 
 the function calls leadtime's manager makes per task, in a second run under Python's
 profiler (``manager_calls_per_task``): a measure of its work that the load of a shared
 machine does not move, where its CPU time per task varies by a quarter from run to run.
-leadtime's line gives its ratio to each peer. The peers need ``pip install
+leadtime's line gives its ratio to each peer. ``--repeat R`` runs every system R times, the
+order turned by one system each round (a run can leave the machine slower for a while: on
+this VM leadtime once ran at half its speed right after HyperQueue's run had removed its
+20,000 output files), and reports each figure's median. The peers need ``pip install
 'leadtime[bench]'``.
 """
 
@@ -41,6 +44,7 @@ import gc
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -291,6 +295,36 @@ def measure_here(system: str, tasks: int, workers: int, calls: bool) -> dict[str
         return {"system": system, "tasks": tasks, "error": f"{MISSING} ({e.name})"}
 
 
+def rounds(tasks: int, workers: int, repeat: int, calls: bool) -> list[dict[str, object]]:
+    """Every system ``repeat`` times, the order turned by one system each round: no system
+    always follows the same one (a run leaves the machine busy a while after it, with the
+    files it wrote and removed)."""
+    rows = []
+    for n in range(repeat):
+        order = SYSTEMS[n % len(SYSTEMS) :] + SYSTEMS[: n % len(SYSTEMS)]
+        for system in order:
+            row = run_isolated(system, tasks, workers, calls and system == "leadtime")
+            rows.append(row | {"round": n})
+    return rows
+
+
+def medians(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Per system, the median of each figure over its rounds, with its throughput in each
+    (``runs``); a system that failed every round, its first error."""
+    out = []
+    for system in SYSTEMS:
+        mine = [r for r in rows if r["system"] == system]
+        done = [r for r in mine if "error" not in r]
+        if not done:
+            out.append(mine[0])
+            continue
+        figures = [k for k, v in done[0].items() if isinstance(v, float)]
+        row = {"system": system, "tasks": done[0]["tasks"]}
+        row |= {k: statistics.median(r[k] for r in done) for k in figures}
+        out.append(row | {"runs": [r["tasks_per_s"] for r in done]})
+    return with_ratio(out)
+
+
 def with_ratio(rows: list[dict[str, object]]) -> list[dict[str, object]]:
     """leadtime's row grown with its throughput over each peer's and the fastest peer's."""
     peers = {r["system"]: r.get("tasks_per_s") for r in rows if r["system"] != "leadtime"}
@@ -311,6 +345,9 @@ def show(rows: list[dict[str, object]]) -> None:
             f"{row['system']:<10} {row['tasks_per_s']:8.0f} tasks/s"
             f"   startup {row['startup_s']:5.2f} s"
         )
+        runs = row.get("runs", [])
+        if len(runs) > 1:
+            line += f"   (median of {len(runs)} runs: {min(runs):.0f} to {max(runs):.0f})"
         if "manager_cpu_ms_per_task" in row:
             line += (
                 f"   CPU per task: manager {row['manager_cpu_ms_per_task']:.3f} ms, workers "
@@ -334,19 +371,25 @@ def main() -> None:
         action="store_true",
         help="also count leadtime's manager's function calls per task (a second, profiled run)",
     )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs of each system, in turned orders; medians"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.tasks < 1:
         parser.error("--tasks must be at least 1")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     if args.calls and args.only not in (None, "leadtime"):
         parser.error("--calls counts leadtime's calls: not with --only " + args.only)
+    if args.only and args.repeat > 1:
+        parser.error("--repeat turns the order of every system: not with --only")
     if args.only:
         rows = [measure_here(args.only, args.tasks, args.workers, args.calls)]
     else:
-        calls = {s: args.calls and s == "leadtime" for s in SYSTEMS}
-        rows = with_ratio([run_isolated(s, args.tasks, args.workers, calls[s]) for s in SYSTEMS])
+        rows = medians(rounds(args.tasks, args.workers, args.repeat, args.calls))
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
