@@ -275,3 +275,20 @@ KILL_SHARE: dict[str, float] = {
 }
 """Median share of its run an attempt allocated near its peak runs before it is killed, per
 resource (memory within seconds, disk as it fills)."""
+BY_ALLOCATION: frozenset[str] = frozenset({"disk"})
+"""Resources whose kill comes the later the closer the allocation lies to the task's peak: disk
+fills during the run (median 0.075 of the run below a fifth of the peak, 0.528 from 0.8 of
+it), while memory is exceeded within the first seconds whatever the allocation (0.034 to 0.067
+of the run in every bin: the monitor's first or second sample)."""
+
+
+def kill_share(resource: str, allocation: float, peak: float) -> float:
+    """Median share of its run an attempt given ``allocation`` of ``resource``, whose task peaks
+    at ``peak``, runs before it is killed: the median of the bin of allocation / peak for
+    :data:`BY_ALLOCATION`, else that of an allocation near the peak (:data:`KILL_SHARE`); at
+    the run's end for a resource the table does not know."""
+    if resource not in BY_ALLOCATION:
+        return KILL_SHARE.get(resource, 1.0)
+    ratio = allocation / peak if peak > 0 else 0.0
+    row = CALIBRATED.fraction[resource][int(np.searchsorted(RATIO_EDGES, ratio, side="right"))]
+    return float(np.interp(0.5, LEVELS, row))
