@@ -125,6 +125,18 @@ def test_cores_below_the_use_let_one_more_task_fit_where_memory_and_disk_leave_r
     assert fat.first(TaskFeatures("a"))["cores"] == 9.0
 
 
+def test_sizes_too_small_to_count_how_many_fit_leave_the_cores_as_they_are():
+    """A peak of 5e-324 cores (or of memory) fits a worker an uncountable number of times:
+    the packing rule has nothing to gain there (it raised OverflowError)."""
+    worker = Resources(16, 64000, 64000)
+    for peak in (Resources(5e-324, 1000.0, 100.0, 60.0), Resources(1.0, 5e-324, 5e-324, 60.0)):
+        category = BudgetCategory(("cores", "memory", "disk"), worker=worker, queued=lambda: 50)
+        for _ in range(3):
+            category.observe(Record(TaskFeatures("a"), peak))
+        cores = category.first(TaskFeatures("a"))["cores"]
+        assert cores == pytest.approx(peak.cores)
+
+
 def test_cores_no_waiting_task_can_take_go_to_the_task_up_to_its_request():
     """A category whose tasks alone run while more wait (nf-core eager's bwa: 36 hours of its
     longest task at 7.04 cores, given the 6.93 nine tasks in ten stay within, two a worker of

@@ -47,3 +47,13 @@ def test_draws_follow_the_table():
     assert ((draws[:, 1] >= 500) & (draws[:, 1] <= 1000)).all()
     memory = np.array([CALIBRATED.draw("memory", 500, 1000, rng)[0] for _ in range(2000)])
     assert np.median(memory) < np.median(draws[:, 0])  # memory is exceeded early, disk late
+
+
+def test_the_top_tenth_of_the_draws_follows_the_logs_not_a_line_to_the_largest_kill():
+    """Near-peak disk kills came after twice the task's run in 3 of the logs' 705 (0.4%);
+    interpolated from the 90% quantile (0.95) to the largest (3.33), 5.6% of the draws did."""
+    rng = np.random.default_rng(0)
+    fractions = np.array([CALIBRATED.draw("disk", 900, 1000, rng)[0] for _ in range(20000)])
+    assert (fractions > 2).mean() < 0.01
+    assert np.quantile(fractions, 0.98) == pytest.approx(1.47, abs=0.05)
+    assert 0.95 in LEVELS and 0.99 in LEVELS

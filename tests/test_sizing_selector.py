@@ -7,6 +7,7 @@ import pytest
 from backends import clock
 from backends.sim.backend import MockSlurm
 from backends.sim.workload import ClusterSpec
+from learners.kill_times import CALIBRATED, KILL_SHARE, kill_share
 from learners.replay import TraceTask, replay
 from learners.resources import Resources
 from learners.sizing import Exhaustion, Record, TaskFeatures, make_sizer
@@ -382,3 +383,26 @@ def test_the_engine_tells_the_sizer_which_task_each_record_is(monkeypatch):
     assert [shadow.records for shadow in s.shadows["s"]] == [40] * len(s.candidates)
     assert {key for key, _, _ in scored} == {f"s.{i}" for i in range(40)}
     assert sum(warm.values()) > 10 and _scored_at_start(given, warm, scored)
+
+
+def test_a_disk_kill_far_below_the_peak_costs_the_shadow_the_early_kill_the_logs_show():
+    """Disk fills during the run: an allocation a twentieth of the peak is killed at a median
+    0.075 of the run, one near the peak at 0.528 (the calibrated table). Priced at the latter,
+    a lower bucket's kill of a task writing 20 times more looked seven times as costly as it
+    is (the Lobster trace's tasks write 24 MB or 400 MB). Memory is exceeded within seconds
+    whatever the allocation: one price."""
+    budget = make_sizer("budget", worker=WORKER)
+    task = TaskFeatures("c")
+    peak = Resources(1, 1000, 2000, 100)
+
+    def charged(resource: str, given: float) -> float:
+        answer = Resources(1, 1000, 2000).with_(resource, given)
+        retry = budget.allocate(task, answer, Exhaustion(resource, given))
+        shadow = Shadow()
+        shadow.account(budget, Record(task, peak), budget, answer)
+        return shadow.timed.allocated["cores"] / peak.wall - retry.cores
+
+    assert kill_share("disk", 100, 2000) == pytest.approx(CALIBRATED.fraction["disk"][0][5])
+    assert charged("disk", 100) == pytest.approx(0.075, abs=1e-3)
+    assert charged("disk", 1900) == pytest.approx(0.528, abs=1e-3)
+    assert charged("memory", 50) == charged("memory", 950) == pytest.approx(KILL_SHARE["memory"])

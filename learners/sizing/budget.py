@@ -95,6 +95,13 @@ def _kill_share(resource: Resource) -> float:
     return KILL_SHARE.get(resource, 1.0)
 
 
+def _fitting(capacity: float, size: float) -> float:
+    """How many of ``size`` fit in ``capacity``: unbounded where the size is none or too small
+    for the count to be a number (a peak of 5e-324 cores)."""
+    times = capacity / size if size > 0 else math.inf
+    return math.floor(times + 1e-9) if math.isfinite(times) else math.inf
+
+
 def _at(points: Points, level: float) -> float:
     """The smallest record at or above the ``level`` share of ``points``."""
     return points.kth(max(0, math.ceil(level * points.n) - 1))
@@ -257,11 +264,8 @@ class BudgetCategory:
         cores = min(sized["cores"], max(share * worker.cores, _at(uses, 1.0 - SLOWED)))
         if cores <= 0:
             return cores
-        room = min(
-            (math.floor(worker[r] / sized[r] + 1e-9) for r in killers if sized[r] > 0),
-            default=math.inf,
-        )
-        fit = max(1, min(room, math.floor(worker.cores / cores + 1e-9)))
+        room = min((_fitting(worker[r], sized[r]) for r in killers), default=math.inf)
+        fit = max(1, min(room, _fitting(worker.cores, cores)))
         if room > fit:
             packed = worker.cores / (fit + 1)
             if uses.n - uses.below(packed + 1e-9) <= PACKING_SLOWED * uses.n:

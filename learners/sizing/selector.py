@@ -4,8 +4,9 @@ Every candidate sizer sees every record. When a task's first attempt is allocate
 category past its warm-up, the selector asks each candidate what it would give that task
 then, and keeps the answers until the task's record comes; it scores each in the shadow:
 per resource, the task's use over what the candidate would have allocated, a kill costing
-the share of the run the real runs show (:mod:`learners.kill_times`, median) plus the
-candidate's retry; cores below the use stretch the run, and the other resources are held
+the share of the run the real runs show (:func:`learners.kill_times.kill_share`, median: for
+disk, which fills during the run, by how far below the task's peak the allocation lay) plus
+the candidate's retry; cores below the use stretch the run, and the other resources are held
 the longer for it. Records that ran no time score a candidate only until one that ran
 comes. A record whose task's answers were not kept (started during the warm-up, or learnt
 again from an earlier run) is scored with what each candidate would give it when the
@@ -54,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from learners.kill_times import KILL_SHARE
+from learners.kill_times import kill_share
 from learners.resources import Resources
 from learners.sizing.base import Exhaustion, Record, TaskFeatures, Unfittable
 from learners.sizing.bucketing import SAMPLING
@@ -167,7 +168,7 @@ class Shadow:
             used = min(peak[r], alloc[r]) if r == "cores" else peak[r]
             given = retry[r] * stretch
             if short:
-                given += alloc[r] * max(KILL_SHARE.get(s, 0.0) for s in short)
+                given += alloc[r] * max(kill_share(s, alloc[s], peak[s]) for s in short)
             held = stretch if r == "cores" else 1.0  # the others are held longer for nothing
             use.add(r, used * weight * held, given * weight)
 
