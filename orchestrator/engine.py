@@ -360,9 +360,9 @@ class Engine:
     async def _hear_the_last(self, deadline: float) -> None:
         """The attempts that ran on pilots now ended: their workers tell how each ended as
         they leave, which may come after the pilot's end; one not told by ``deadline`` (or
-        never sent: the run stopped between recording and sending it) is recorded lost, as
-        its pilot's end ended it. Left running, it would make the run's resume wait for a
-        worker that cannot come back."""
+        never sent: the run stopped between recording and sending it) is recorded lost (at the
+        run's end: stopped), as its pilot's end ended it. Left running, it would make the
+        run's resume wait for a worker that cannot come back."""
 
         def ended_with_pilot() -> list[tuple[Worker, AttemptSpec]]:
             pilots = self.state.by_job

@@ -335,7 +335,8 @@ def _failures(record: RunRecord) -> str:
         "lists them all."
         if more > 0
         else "Killed for a resource: the attempt went past its allocation and was retried "
-        "larger; lost: its worker went away; failed: the command did not succeed."
+        "larger; lost: its worker went away; stopped: the run ended (failed or interrupted) "
+        "before the attempt did; failed: the command did not succeed."
     )
     table = _table(
         ("task", "attempt", "why", "cause", "worker", "pilot", "started", "ended"),

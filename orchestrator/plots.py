@@ -41,6 +41,7 @@ KINDS = {
     "cores": "#d35400",
     "failed": "#2c3e50",
     "lost": "#95a5a6",
+    "stopped": "#bdc3c7",
 }
 """Why an attempt did not succeed; any other kind (a late result) is drawn in :data:`OTHER`."""
 OTHER = "#d5d8dc"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from backends import clock
 from backends.base import Dependency, JobInfo, JobState, PilotRequest
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
-from orchestrator.runs import OnWorker
+from orchestrator.runs import STOPPED, OnWorker
 from orchestrator.store import Store
 from orchestrator.workerqueue import Key
 
@@ -169,9 +169,10 @@ class Recorder:
         why: str | None,
         heard: float,
         ran: tuple[float, float | None],
+        stopped: bool = False,
     ) -> None:
         """Its result came at ``heard``; ``ran``: when it ended and started (None: when
-        :meth:`attempt_started` said)."""
+        :meth:`attempt_started` said); ``stopped``: by the run's end (:data:`STOPPED`)."""
         key = self._attempt_key(spec.task_id, spec.attempt)
         end, start = ran
         moments = {"end_t": end} if start is None else {"start_t": start, "end_t": end}
@@ -180,7 +181,7 @@ class Recorder:
             key,
             **moments,
             result_t=heard,
-            outcome=str(result.outcome),
+            outcome=STOPPED if stopped else str(result.outcome),
             peak=result.peak.as_dict(),
             exit_code=result.exit_code,
             exhausted=result.exhaustion.resource if result.exhaustion else None,

@@ -292,7 +292,8 @@ def _stage_counts(status: Mapping[str, Any]) -> Table:
             "failed: tasks that failed for good; waiting: attempts sent ahead to a busy worker, "
             "which starts them as it has room; lost: attempts whose worker went away; "
             "did not succeed: attempts killed for a resource, failed or lost, retried while the "
-            "task had attempts left"
+            "task had attempts left, or stopped with the run (failed or interrupted), run again "
+            "by resume"
         ),
     )  # fmt: skip
     for s in status["stages"]:

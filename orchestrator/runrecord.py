@@ -37,7 +37,8 @@ def stage_of(task_id: str) -> str:
 
 def failure_kind(attempt: StoreRow) -> str | None:
     """What ended an attempt that did not succeed, for counting: the resource it exhausted
-    (memory, disk, wall, cores), or its outcome (failed, lost, late ...); None otherwise."""
+    (memory, disk, wall, cores), or its outcome (failed, lost, stopped, late ...); None
+    otherwise."""
     if attempt["outcome"] in UNFINISHED:
         return None
     return attempt["exhausted"] or attempt["outcome"]

@@ -47,6 +47,11 @@ class OnWorker(StrEnum):
 
 ON_WORKER = tuple(OnWorker)
 
+STOPPED = "stopped"
+"""An attempt's outcome in the store when the run's end stopped it (the run failed or was
+interrupted): its worker called it lost, but nothing went wrong with its worker. ``resume``
+runs it again, as it does a lost one; ``status`` counts it apart."""
+
 
 @dataclass(frozen=True, slots=True)
 class Manager:

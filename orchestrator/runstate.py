@@ -34,7 +34,7 @@ from orchestrator.human import count, duration, listing, per_pilot, unfittable
 from orchestrator.planner import Cancel, Phase, PilotView, Plan, Planner, Release, StageView, Submit
 from orchestrator.pool import AHEAD_DEPTH, Pool, Slot, Worker
 from orchestrator.recorder import Recorder, request_of
-from orchestrator.runs import ON_WORKER, OnWorker, SavedRun
+from orchestrator.runs import ON_WORKER, STOPPED, OnWorker, SavedRun
 from orchestrator.runs import RunState as Status
 from orchestrator.summary import PilotFigures, RunSummary, StageFigures, summarize
 from orchestrator.workerqueue import Key
@@ -426,7 +426,7 @@ class RunState:
         elif outcome == Outcome.EXHAUSTED and allocation is not None:
             task.previous = allocation
             task.exhaustion = Exhaustion(row["exhausted"], row["measured"])
-        elif outcome == Outcome.LOST:
+        elif outcome in (Outcome.LOST, STOPPED):
             task.lost.add(attempt)
 
     def _restore_pilot(self, row: dict[str, Any], hit: bool | None) -> PilotRun:
@@ -986,10 +986,13 @@ class RunState:
             return  # else a result told twice (a worker resends what a dead manager heard)
         task_run.running = None
         why = cause(result, spec.allocation)
-        if why is not None and self.running:  # not the attempts a run's end stops
+        stopped = result.outcome is Outcome.LOST and not self.running
+        if stopped:  # by the run's end, not its worker's: counted apart, never as a loss
+            why = f"stopped with the run ({self.status})"
+        elif why is not None and self.running:  # a result heard after the run's end
             stage.causes[cause_kind(result)] += 1
         moments = _moments(since, self.now, result.peak.wall)
-        self.recorder.attempt_ended(spec, result, why, self.now, moments)
+        self.recorder.attempt_ended(spec, result, why, self.now, moments, stopped)
         task_run.allocation = None
         if result.outcome == Outcome.SUCCESS:
             task_run.state = TaskState.DONE

@@ -25,7 +25,7 @@ from learners.resources import RESOURCES
 from orchestrator.agent.attempt import OVER_AT_END, VERDICTS, Captured, worker_lines
 from orchestrator.human import duration, megabytes, number, offset, plural
 from orchestrator.runrecord import StoreRow
-from orchestrator.runs import ON_WORKER, OnWorker, RunState, state
+from orchestrator.runs import ON_WORKER, STOPPED, OnWorker, RunState, state
 from orchestrator.store import Store
 
 FOLLOW_POLL_S = 1.0
@@ -213,6 +213,8 @@ def _no_output(row: StoreRow, backend: str) -> str:
         return "no output: tasks on the simulated cluster run no command"
     if row["outcome"] == "lost":
         return "no output came back: its worker went away before the attempt ended"
+    if row["outcome"] == STOPPED:
+        return "no output came back: the run ended before the attempt did"
     return "no output came back for this attempt"
 
 

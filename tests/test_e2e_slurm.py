@@ -482,7 +482,7 @@ def test_sigterm_ends_a_slurm_run_with_no_pilot_left(tmp_path):
         assert subprocess.run(["pgrep", "-fx", sleep], check=False).returncode == 1
         with sqlite3.connect(tmp_path / "db") as con:  # what a resume would wait for: none
             (outcome,) = con.execute("SELECT outcome FROM attempts").fetchone()
-        assert outcome == "lost"
+        assert outcome == "stopped"
 
 
 def test_a_second_ctrl_c_leaves_at_once_naming_the_jobs_left(tmp_path):

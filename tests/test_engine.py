@@ -391,9 +391,10 @@ class Silent(SimulatedWorkers):
         pass
 
 
-def test_an_interrupted_run_records_the_attempts_its_pilots_ended_as_lost():
+def test_an_interrupted_run_records_the_attempts_its_pilots_ended_as_stopped():
     """Nothing a stopped run leaves says "running": an attempt whose pilot ended and whose
-    worker never told is recorded lost, so a resume does not wait for that worker."""
+    worker never told is recorded stopped with the run, so a resume does not wait for that
+    worker."""
 
     async def main():
         async with await Store.open(":memory:") as store:
@@ -403,8 +404,8 @@ def test_an_interrupted_run_records_the_attempts_its_pilots_ended_as_lost():
     row, attempts, pilots = clock.run(main(), virtual=True)
     assert row["status"] == "interrupted"
     assert [p["state"] for p in pilots] == ["COMPLETED"]  # released
-    assert [(a["outcome"], a["output_tail"]) for a in attempts] == 4 * [
-        ("lost", "[leadtime] its pilot ended with the run")
+    assert [(a["outcome"], a["cause"], a["output_tail"]) for a in attempts] == 4 * [
+        ("stopped", "stopped with the run (interrupted)", "[leadtime] its pilot ended with the run")
     ]
 
 
@@ -421,7 +422,7 @@ class SlowToPlace(Store):
         await super().flush()
 
 
-def test_attempts_placed_but_not_sent_when_the_run_stops_are_recorded_lost(monkeypatch):
+def test_attempts_placed_but_not_sent_when_the_run_stops_are_recorded_stopped(monkeypatch):
     monkeypatch.setattr("orchestrator.recorder.GROUP_COMMIT_S", 0.0)  # every write, as a real run
 
     async def main():
@@ -432,7 +433,7 @@ def test_attempts_placed_but_not_sent_when_the_run_stops_are_recorded_lost(monke
     row, attempts, _ = clock.run(main(), virtual=True)
     assert row["status"] == "interrupted"
     assert [(a["outcome"], a["output_tail"]) for a in attempts] == 4 * [
-        ("lost", "[leadtime] never sent: the run stopped")
+        ("stopped", "[leadtime] never sent: the run stopped")
     ]
 
 

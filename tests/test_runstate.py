@@ -326,6 +326,42 @@ def test_a_resumed_run_holds_a_pilot_whose_worker_it_awaits_until_its_attempt_en
         assert not resumed.pilot_views()[0].busy
 
 
+def test_attempts_a_failed_run_stops_are_recorded_stopped_and_run_again_by_its_resume():
+    """A task that fails for good ends the run, whose end stops the attempts still running:
+    their workers answer them lost, but no worker went wrong, so they are recorded as stopped
+    with the run, counted as no loss, and the run's resume runs them again."""
+    text = TWO_STAGES.replace(
+        'command = "true", count = 3,', 'command = "true", count = 3, max_attempts = 1,'
+    )
+    state, rows = new_state(text)
+    state.start()
+    started_pilot(state, "a", "7")
+    state.apply(WorkerJoined(Node("n1", "7")))
+    first, second = state.place()
+    spec = first.spec
+    failed = AttemptResult(
+        spec.task_id, spec.attempt, Outcome.FAILED, Resources(wall=1), exit_code=3
+    )
+    state.apply(AttemptEnded(first.worker, spec, failed))
+    assert state.status is Status.FAILED
+
+    state.apply(lost_with(second, vanished=False))  # the worker's word as the release stops it
+    attempts = {(r["outcome"], r["cause"]) for r in rows.table("attempts")}
+    assert ("stopped", "stopped with the run (failed)") in attempts
+    assert state.stages["a"].causes == {"failed": 1}
+    assert state.task(second.spec.task_id).crashes == 0
+
+    rows.stage("runs", {"run_id": "r1"}, status="failed")
+    resumed, _ = new_state(text)
+    resumed.restore(rows.saved())
+    stopped = resumed.task(second.spec.task_id)
+    assert stopped.state is not TaskState.DONE and stopped.lost == {second.spec.attempt}
+    started_pilot(resumed, "a", "8")
+    resumed.apply(WorkerJoined(Node("n2", "8")))
+    again = {launch.spec.key for launch in resumed.place()}
+    assert (second.spec.task_id, second.spec.attempt + 1) in again
+
+
 def test_a_task_at_the_limit_names_the_tasks_its_workers_held_each_time_they_vanished():
     """Every task a vanished worker was running counts the loss (HyperQueue's crash limit
     does the same), so one that ran beside the culprit each time may reach the limit first:
