@@ -189,6 +189,7 @@ class Recorder:
             output_tail=result.output_tail or None,
             cause=why,
             starved=result.starved or None,
+            node=result.node or None,
         )
         if (output := result.output()) is not None:
             self.store.stage("outputs", key, **output)

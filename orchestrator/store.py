@@ -101,11 +101,12 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "output_tail",
             "cause",
             "starved",
+            "node",
         ),
     ),
     "outputs": (  # apart from attempts: what reads every attempt reads none of their output
         ("run_id", "task_id", "attempt"),
-        ("stdout", "stderr", "node", "sandbox"),
+        ("stdout", "stderr", "node", "sandbox"),  # node: an earlier version's (now in attempts)
     ),
     "waits": (
         ("run_id", "pilot_id"),

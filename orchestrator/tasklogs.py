@@ -118,8 +118,8 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
     head = Text(f"{row['task_id']} · attempt {row['attempt']} · {row['outcome']}", style="bold")
     lines: list[RenderableType] = [head]
     where = [f"worker {row.get('worker') or '-'}", f"pilot {row.get('pilot_id') or '-'}"]
-    if output and output.get("node"):
-        where.append(f"node {output['node']}")
+    if node := row.get("node") or (output or {}).get("node"):  # an earlier version's: output's
+        where.append(f"node {node}")
     where.append(f"started {offset(row['start_t']) or '-'}")
     if ended and row["end_t"] is not None and row["start_t"] is not None:
         where.append(f"ended {offset(row['end_t'])} ({duration(row['end_t'] - row['start_t'])})")
@@ -164,11 +164,11 @@ def attempt_view(log: AttemptLog, backend: str) -> Group:
             lines.append(Text(f"  the worker: {line}"))
     if output and output.get("sandbox"):
         lines.append(Text(f"  scratch directory kept: {output['sandbox']}", style="bold"))
-    if output is None:
+    if output is None and not node:  # no word from a worker (a worker says where it ran)
         lines.append(Text("  " + _no_output(row, backend), style="dim"))
         return Group(*lines)
-    for name in ("stdout", "stderr"):
-        lines += _stream(name, Captured(**(output.get(name) or {})))
+    for name in ("stdout", "stderr"):  # an attempt without an output row wrote nothing
+        lines += _stream(name, Captured(**((output or {}).get(name) or {})))
     return Group(*lines)
 
 

@@ -24,6 +24,7 @@ from orchestrator.agent.attempt import AttemptSpec, Outcome
 from orchestrator.agent.monitor import Monitor, MonitorConfig
 from orchestrator.agent.taskrun import STDERR, STDOUT, Runner, RunnerConfig, capture
 from orchestrator.cli import app
+from orchestrator.recorder import Recorder
 from orchestrator.runs import Manager, RunState
 from orchestrator.session import RunConfig, execute
 from orchestrator.store import TABLES, Store
@@ -87,6 +88,32 @@ async def test_every_attempt_brings_back_its_stdout_and_stderr(runner):
     assert (result.stderr.head + result.stderr.tail, result.stderr.cut) == ("warning\n", 0)
     assert (result.node, result.sandbox) == ("node7", "")  # removed after a success
     assert result.output() is not None and result.output()["sandbox"] is None
+
+
+async def test_a_quiet_attempt_keeps_no_output_row_and_logs_say_where_it_ran(runner, tmp_path):
+    """Most attempts print nothing: the store keeps their node in their attempt's row and
+    writes no output row for them (a row per attempt was a quarter of a run's writes)."""
+    spec = AttemptSpec("quiet.0", 1, "true", Resources(1, 200, 50))
+    result = await runner.run(spec)
+    assert (result.outcome, result.node, result.output()) == (Outcome.SUCCESS, "node7", None)
+    async with await Store.open(tmp_path / "store.db") as store:
+        Recorder(store, "r", simulated=False).attempt_ended(spec, result, None, 2.0, (2.0, 1.0))
+        await store.flush()
+        (row,) = await store.rows("attempts", {"run_id": "r"})
+        assert await store.rows("outputs", {"run_id": "r"}) == []
+    console = Console(width=200, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "local"))
+    text = console.export_text()
+    assert "node node7" in text and "stdout: empty" in text and "stderr: empty" in text
+    assert "no output came back" not in text
+    earlier = {**row, "node": None}  # a store of an earlier version kept the node with output
+    console = Console(width=200, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(earlier, {"node": "n3"}), "local"))
+    assert "node n3" in console.export_text()
+    unheard = {**row, "node": None, "outcome": "lost"}
+    console = Console(width=200, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(unheard, None), "local"))
+    assert "no output came back: its worker went away" in console.export_text()
 
 
 async def test_a_failed_attempt_says_where_its_scratch_directory_was_kept(runner):

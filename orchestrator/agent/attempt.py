@@ -106,14 +106,13 @@ class AttemptResult:
         return self.peak
 
     def output(self) -> dict[str, Any] | None:
-        """Its output and where it ran, as the store keeps them; None when it has none (a
-        simulated attempt, or one that never started)."""
-        if not (self.stdout or self.stderr or self.node):
+        """Its output and kept scratch directory, as the store keeps them; None when it has
+        neither (most attempts of a quiet task: no row is written for them)."""
+        if not (self.stdout or self.stderr or self.sandbox):
             return None
         return {  # an empty stream is none at all
             "stdout": self.stdout.as_json() if self.stdout else None,
             "stderr": self.stderr.as_json() if self.stderr else None,
-            "node": self.node,
             "sandbox": self.sandbox or None,
         }
 
