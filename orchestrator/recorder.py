@@ -36,11 +36,15 @@ class Recorder:
         """A simulated world dies with its manager (its runs are not resumed), so its
         bookkeeping is written at most every ``GROUP_COMMIT_S`` of wall time."""
         self._commit_due = -math.inf
+        self._stages: dict[str, StageRun] = {}
+        """Stages changed since the last write, written as they are then: a stage's row
+        changes with every task done, and is written once a write."""
 
     # ---- writing --------------------------------------------------------------
 
     async def flush(self) -> None:
         """Write everything queued, now."""
+        self.stage_rows()
         await self.store.flush()
 
     async def write_ahead(self) -> None:
@@ -50,7 +54,7 @@ class Recorder:
             if now < self._commit_due:
                 return
             self._commit_due = now + GROUP_COMMIT_S
-        await self.store.flush()
+        await self.flush()
 
     # ---- the run --------------------------------------------------------------
 
@@ -63,16 +67,24 @@ class Recorder:
         await self.store.put("runs", {"run_id": self.run_id}, heartbeat=clock.wall())
 
     def stage(self, stage: StageRun) -> None:
-        self.store.stage(
-            "stages",
-            {"run_id": self.run_id, "stage": stage.spec.name},
-            state=str(stage.phase),
-            tasks_total=len(stage.tasks),
-            tasks_done=stage.done,
-            ready_t=stage.ready_t,
-            start_t=stage.start_t,
-            end_t=stage.end_t,
-        )
+        """The stage's phase, times or count of tasks done changed: its row is written with
+        the next write."""
+        self._stages[stage.spec.name] = stage
+
+    def stage_rows(self) -> None:
+        """Queue the rows of the stages changed since this was last done (each write does)."""
+        changed, self._stages = self._stages, {}
+        for name, stage in changed.items():
+            self.store.stage(
+                "stages",
+                {"run_id": self.run_id, "stage": name},
+                state=str(stage.phase),
+                tasks_total=len(stage.tasks),
+                tasks_done=stage.done,
+                ready_t=stage.ready_t,
+                start_t=stage.start_t,
+                end_t=stage.end_t,
+            )
 
     # ---- pilots ---------------------------------------------------------------
 

@@ -35,16 +35,24 @@ from workflows.spec import loads
 
 
 class Rows:
-    """A store that keeps what it is asked to write, by table."""
+    """A store that keeps what it is asked to write, by table, and what its recorder has
+    queued for the next write (stage rows)."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, tuple], dict] = {}
+        self.recorder: Recorder | None = None
+
+    def written(self) -> dict[tuple[str, tuple], dict]:
+        """The rows as the engine's next write leaves them."""
+        if self.recorder is not None:
+            self.recorder.stage_rows()
+        return self.rows
 
     def stage(self, table: str, key: dict, **fields) -> None:
         self.rows.setdefault((table, tuple(key.values())), {}).update(fields)
 
     def table(self, name: str) -> list[dict]:
-        return [fields for (table, _), fields in self.rows.items() if table == name]
+        return [fields for (table, _), fields in self.written().items() if table == name]
 
     def saved(self, *pilots: PilotRun) -> SavedRun:
         """The run as a store holding these rows would give it back to a resuming manager,
@@ -67,6 +75,7 @@ class Rows:
                 if table == name
             ]
 
+        self.written()
         run = next(iter(rows("runs")), {"status": "running"})  # the engine writes its row
         kept = [row for row in rows("pilots") if row["request"] is not None]
         return SavedRun(run, *map(rows, ("stages", "tasks", "attempts")), kept, [])
@@ -83,7 +92,7 @@ def new_state(
     features say)."""
     workflow = loads(text)
     rows = Rows()
-    recorder = Recorder(rows, "r1", simulated=True)  # type: ignore[arg-type]
+    recorder = rows.recorder = Recorder(rows, "r1", simulated=True)  # type: ignore[arg-type]
     state = RunState(
         workflow,
         "r1",
@@ -150,7 +159,7 @@ def test_a_run_goes_from_event_to_event_to_its_end():
     state.apply(Tick(130.0))
     for launch in launches:
         state.apply(success(launch))
-    assert rows.rows["stages", ("r1", "a")]["tasks_done"] == 2  # as they end, for a live status
+    assert rows.written()["stages", ("r1", "a")]["tasks_done"] == 2  # as they end, for a status
     (third,) = state.place()
     assert third.spec.task_id == "a.2"
     state.apply(success(third))
