@@ -1,4 +1,5 @@
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from workflows.datasets import DataNotFound, data_dir
 
 SLURM_LOCAL = Path(__file__).resolve().parents[1] / "scripts" / "slurm-local"
 _slurm_down: list[str] = []  # why the local Slurm is not usable, once checked
+_SESSION_START = time.time()
+_LIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING"}
+_cleared: list[list[str]] = []  # the jobs of earlier test sessions cancelled, once looked for
 
 
 @pytest.fixture(scope="session")
@@ -78,11 +82,46 @@ def pytest_runtest_setup(item):
     if not _slurm_down:
         _slurm_down.append(_slurm_status() or "")
     why = _slurm_down[0]
-    if not why:
-        return
-    missing(f"the local Slurm (scripts/slurm-local up): {why}")
+    if why:
+        missing(f"the local Slurm (scripts/slurm-local up): {why}")
+    if not _cleared:
+        _cleared.append(_cancel_earlier_jobs())
+
+
+def _earlier_jobs() -> list[str]:
+    """Live leadtime jobs (``lt-...``) submitted before this test session began."""
+    out = subprocess.run(
+        ["squeue", "--noheader", "--states=all", "--format=%i|%j|%T|%V"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    began = int(_SESSION_START)
+    earlier = []
+    for line in out.splitlines():
+        job_id, name, state, submitted = line.split("|")
+        at = time.mktime(time.strptime(submitted, "%Y-%m-%dT%H:%M:%S"))
+        if name.startswith("lt-") and state in _LIVE and at < began:
+            earlier.append(job_id)
+    return earlier
+
+
+def _cancel_earlier_jobs() -> list[str]:
+    """The Slurm tests need the local cluster's CPUs: a test session killed before its cleanup
+    (or a trial run of leadtime) can leave pilots and load jobs there that would hold them.
+    One test session at a time uses the local cluster; it cancels those jobs and waits for
+    them to leave. Returns their ids, for the summary."""
+    earlier = _earlier_jobs()
+    if not earlier:
+        return []
+    subprocess.run(["scancel", *earlier], check=False, timeout=60)
+    deadline = time.monotonic() + 60
+    while set(earlier) & set(_earlier_jobs()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return earlier
 
 
 def pytest_terminal_summary(terminalreporter):
     if _slurm_down and _slurm_down[0]:
         terminalreporter.write_line(f"Slurm tests skipped: {_slurm_down[0]}")
+    if _cleared and _cleared[0]:
+        jobs = ", ".join(_cleared[0])
+        terminalreporter.write_line(f"cancelled first, left on the local Slurm before: {jobs}")
