@@ -101,19 +101,13 @@ async def test_a_quiet_attempt_keeps_no_output_row_and_logs_say_where_it_ran(run
         await store.flush()
         (row,) = await store.rows("attempts", {"run_id": "r"})
         assert await store.rows("outputs", {"run_id": "r"}) == []
-    console = Console(width=200, record=True)
-    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "local"))
-    text = console.export_text()
+    text = viewed(row, None, "local")
     assert "node node7" in text and "stdout: empty" in text and "stderr: empty" in text
     assert "no output came back" not in text
     earlier = {**row, "node": None}  # a store of an earlier version kept the node with output
-    console = Console(width=200, record=True)
-    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(earlier, {"node": "n3"}), "local"))
-    assert "node n3" in console.export_text()
+    assert "node n3" in viewed(earlier, {"node": "n3"}, "local")
     unheard = {**row, "node": None, "outcome": "lost"}
-    console = Console(width=200, record=True)
-    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(unheard, None), "local"))
-    assert "no output came back: its worker went away" in console.export_text()
+    assert "no output came back: its worker went away" in viewed(unheard, None, "local")
 
 
 async def test_a_failed_attempt_says_where_its_scratch_directory_was_kept(runner):
@@ -150,6 +144,14 @@ def test_a_store_of_an_earlier_version_gets_the_outputs_table_and_reads_as_empty
 
 
 # --- leadtime logs ---------------------------------------------------------------------------
+
+
+def viewed(row: dict, output: dict | None, backend: str, width: int = 200) -> str:
+    """What ``leadtime logs`` prints of one attempt's stored row (and output row)."""
+    console = Console(width=width, record=True)
+    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, output), backend))
+    return console.export_text()
+
 
 TALK = f"""
 import os, sys
@@ -289,9 +291,7 @@ def test_a_kill_that_saw_no_more_than_the_allocation_says_it_reached_it():
     row = {"task_id": "a.0", "attempt": 1, "outcome": "exhausted", "start_t": 0.0, "end_t": 5.0,
            "exhausted": "memory", "measured": mb, "allocation": {"memory": mb},
            "peak": {"memory": mb}}  # fmt: skip
-    console = Console(width=200, record=True)
-    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "mock"))
-    assert "killed: memory reached its allocation of 1.07 GB" in console.export_text()
+    assert "killed: memory reached its allocation of 1.07 GB" in viewed(row, None, "mock")
 
 
 def test_an_attempt_found_over_as_it_ended_is_not_said_to_be_killed():
@@ -300,9 +300,7 @@ def test_an_attempt_found_over_as_it_ended_is_not_said_to_be_killed():
            "peak": {"disk": 28.6}, "output_tail":
            "[leadtime] over its allocation as it ended: disk reached 28.6 MB (allocation 10 MB)"
            }  # fmt: skip
-    console = Console(width=200, record=True)
-    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "mock"))
-    text = console.export_text()
+    text = viewed(row, None, "mock")
     assert "disk reached 29 MB, over its allocation of 10 MB, found as it ended" in text
     assert "killed" not in text and "← over" in text
     assert "the worker:" not in text  # said once
@@ -311,11 +309,9 @@ def test_an_attempt_found_over_as_it_ended_is_not_said_to_be_killed():
 def test_a_starved_attempt_says_what_it_got_of_what_it_was_given():
     row = {"task_id": "a.0", "attempt": 1, "outcome": "success", "start_t": 0.0, "end_t": 2.0,
            "allocation": {"cores": 1.0}, "peak": {"cores": 0.23}, "starved": 1}  # fmt: skip
-    console = Console(width=300, record=True)
-    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(row, None), "mock"))
     assert (
         "starved: its CPUs were busy through most of its run and it used 0.23 of the 1 core it"
-        in (console.export_text())
+        in viewed(row, None, "mock", width=300)
     )
 
 
@@ -323,9 +319,7 @@ def test_an_attempt_sent_ahead_to_a_busy_worker_shows_as_waiting_not_running():
     waiting = {"task_id": "a.3", "attempt": 1, "outcome": "waiting", "worker": "w1",
                "pilot_id": "a-0", "start_t": None, "end_t": None}  # fmt: skip
     running = {**waiting, "task_id": "a.1", "outcome": "running", "start_t": 1.0}
-    console = Console(width=200, record=True)
-    console.print(tasklogs.attempt_view(tasklogs.AttemptLog(waiting, None), "local"))
-    text = console.export_text()
+    text = viewed(waiting, None, "local")
     assert "a.3 · attempt 1 · waiting" in text and "started -" in text
     assert "which is busy and starts it once it has room" in text and "running:" not in text
     assert tasklogs.running_note([waiting]) == (
