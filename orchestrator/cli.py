@@ -81,7 +81,10 @@ from workflows.traces import Trace, TraceError, load_trace
 
 app = App(
     no_args_is_help=True,
-    help="Staged workflows on Slurm: right-sized pilots per stage, submitted ahead of time.",
+    help=(
+        "Staged workflows on Slurm: pilots acquired ahead of time by a learner of queue waits, "
+        "held across stages and given back as the workflow narrows; tasks sized as they run."
+    ),
 )
 out = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
@@ -105,7 +108,7 @@ def _options(
         ),
     ] = False,
 ) -> None:
-    """Staged workflows on Slurm: right-sized pilots per stage, submitted ahead of time."""
+    """The options of every command (the app's help says what leadtime does)."""
 
 
 Db = Annotated[Path | None, typer.Option("--db", help="Store file (default: XDG data dir).")]
