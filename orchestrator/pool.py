@@ -26,11 +26,13 @@ from learners.resources import PACKED, Resources
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.workerqueue import Key, WorkerQueue
 
-AHEAD_DEPTH = 16
+AHEAD_DEPTH = 32
 """A worker that queues holds at most this many capacities' worth of attempts ahead (a stage
 asks for less when its tasks are longer, ``runstate.AHEAD_S``): enough that it has work
 while the manager gathers a pass's results (``engine.GATHER_S``) and the worker's results
-linger for company (``worker.RESULT_LINGER_S``), for tasks of a few milliseconds."""
+linger for company (``worker.RESULT_LINGER_S``), for tasks of a few milliseconds. A worker
+turns an attempt of ``true`` over in about 2 ms: 16 of them lasted no longer than that round
+trip, and its workers idled (10,000 such tasks on two workers: 930 tasks/s, 1,400 with 32)."""
 
 
 Told = Callable[[AttemptResult], None]

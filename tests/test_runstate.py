@@ -445,14 +445,14 @@ def ended(launch: Launch, wall: float) -> AttemptEnded:
 
 
 MANY = TWO_STAGES.replace("count = 3", "count = 12")
-LONG = TWO_STAGES.replace("count = 3", "count = 40")  # more than AHEAD_DEPTH sent ahead
+LONG = TWO_STAGES.replace("count = 3", f"count = {3 * AHEAD_DEPTH}")  # more than sent ahead
 
 
 def test_short_tasks_are_sent_ahead_to_full_workers_that_queue_and_long_ones_are_not():
     """Once a stage's tasks are known to be short, a full worker agent is sent up to
     AHEAD_DEPTH capacities' worth more, which it starts as room frees; never a simulated
     worker, never long tasks."""
-    for queues, wall, ahead in ((True, 0.01, 2 * AHEAD_DEPTH), (True, 5.0, 0), (False, 0.01, 0)):
+    for queues, wall, ahead in ((True, 0.001, 2 * AHEAD_DEPTH), (True, 5.0, 0), (False, 0.001, 0)):
         state, _ = new_state(LONG)
         state.start()
         started_pilot(state, "a", "7")
@@ -474,7 +474,7 @@ def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
     state.apply(WorkerJoined(Node("n1", "7", queues=True)))
     first = state.place()
     state.apply(Tick(110.0))
-    state.apply(ended(first[0], 0.01))
+    state.apply(ended(first[0], 0.001))
     sent = state.place()  # one into the room, the others ahead
     attempts = {key[1][1]: fields for key, fields in rows.rows.items() if key[0] == "attempts"}
     record = [attempts[launch.spec.task_id] for launch in sent]
@@ -485,7 +485,7 @@ def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
     assert state.sizer.running.count("a") == 2 + 2 * AHEAD_DEPTH  # the sizer counts both
 
     state.apply(Tick(112.0))
-    state.apply(ended(first[1], 0.01))  # a core frees: the first sent ahead starts
+    state.apply(ended(first[1], 0.001))  # a core frees: the first sent ahead starts
     assert (record[1]["outcome"], record[1]["start_t"]) == ("running", 12.0)
     assert [a["outcome"] for a in record[2:]] == ["waiting"] * (2 * AHEAD_DEPTH - 1)
     assert len(stage.running) == 2 and len(stage.waiting) == 2 * AHEAD_DEPTH - 1
