@@ -14,7 +14,6 @@ from workflows.datasets import DataNotFound, data_dir
 SLURM_LOCAL = Path(__file__).resolve().parents[1] / "scripts" / "slurm-local"
 _slurm_down: list[str] = []  # why the local Slurm is not usable, once checked
 _SESSION_START = time.time()
-_LIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING"}
 _cleared: list[list[str]] = []  # the jobs of earlier test sessions cancelled, once looked for
 
 
@@ -89,17 +88,18 @@ def pytest_runtest_setup(item):
 
 
 def _earlier_jobs() -> list[str]:
-    """Live leadtime jobs (``lt-...``) submitted before this test session began."""
+    """Leadtime jobs (``lt-...``) submitted before this test session began and pending,
+    running or completing (what ``squeue`` lists by default)."""
     out = subprocess.run(
-        ["squeue", "--noheader", "--states=all", "--format=%i|%j|%T|%V"],
+        ["squeue", "--noheader", "--format=%i|%j|%V"],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     began = int(_SESSION_START)
     earlier = []
     for line in out.splitlines():
-        job_id, name, state, submitted = line.split("|")
+        job_id, name, submitted = line.split("|")
         at = time.mktime(time.strptime(submitted, "%Y-%m-%dT%H:%M:%S"))
-        if name.startswith("lt-") and state in _LIVE and at < began:
+        if name.startswith("lt-") and at < began:
             earlier.append(job_id)
     return earlier
 
