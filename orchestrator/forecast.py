@@ -10,7 +10,6 @@ that has already run long is expected to run longer, not to end at once.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -24,91 +23,75 @@ if TYPE_CHECKING:
 
 
 class Durations:
-    """The latest successful task durations of one stage (``window`` of them), kept sorted for
-    residual-life queries.
+    """The latest successful task durations of one stage (``window`` of them), for its mean
+    and residual-life queries.
 
-    A stage adds one duration per task, so an addition is cheap: it shifts the sorted values
-    in place and keeps their total. Their suffix sums, which a residual-life query reads by
-    binary search, are summed when a query comes after additions (a planner that asks for no
-    forecast costs none). The window bounds that work for a stage of a million tasks, and
-    follows durations that drift as a stage goes on.
+    A stage adds one duration per task and its planner asks at most once a pass, so an
+    addition only writes over the oldest duration in a ring and keeps their total; the
+    sorted values and their suffix sums, which a residual-life query reads by binary
+    search, are made when a query comes after additions. The window bounds that work for a
+    stage of a million tasks, and follows durations that drift as a stage goes on.
     """
 
     def __init__(self, prior: float | None = None, window: int = 4096) -> None:
         self.prior = prior
         """Expected duration before any task has finished (e.g. from earlier runs)."""
         self.window = window
-        self._n = 0
-        self._values = np.empty(16)
+        self._ring = np.empty(min(window, 16))
+        """The durations in the window, the oldest at ``_added % window`` once it is full."""
+        self._added = 0
         self._total = 0.0
-        self._suffix: np.ndarray | None = None
-        """``_suffix[i]`` is the total of the ``i``-th shortest onward (0 past the end), as of
-        the last query; None after an addition."""
-        self._arrivals: deque[float] = deque()
-        """The durations in the window, oldest first."""
-        self._dropped = 0
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        """The window's durations, shortest first, and ``suffix[i]``, the total of the
+        ``i``-th shortest onward (0 past the end), as of the last query; None after an
+        addition."""
 
     def add(self, duration: float) -> None:
-        if self._n == self.window:
-            self._drop(self._arrivals.popleft())
-        self._arrivals.append(duration)
-        n = self._n
-        if n == len(self._values):
-            self._grow()
-        values = self._values
-        at = int(values[:n].searchsorted(duration, side="right"))
-        values[at + 1 : n + 1] = values[at:n]
-        values[at] = duration
-        self._n = n + 1
-        self._total += float(duration)
-        self._suffix = None
-
-    def _drop(self, duration: float) -> None:
-        """Forget the oldest duration; the total is summed afresh once per window, so that
-        subtractions leave no drift."""
-        n = self._n
-        values = self._values
-        at = int(values[:n].searchsorted(duration, side="left"))
-        values[at : n - 1] = values[at + 1 : n]
-        self._n = n - 1
-        self._total -= float(duration)
-        self._dropped += 1
-        if self._dropped % self.window == 0:
-            self._total = float(values[: n - 1].sum())
-
-    def _grow(self) -> None:
-        n = self._n
-        values = np.empty(2 * n)
-        values[:n] = self._values[:n]
-        self._values = values
+        at = self._added % self.window
+        if self._added >= self.window:
+            self._total -= float(self._ring[at])
+        elif at == len(self._ring):
+            self._ring = np.concatenate([self._ring, np.empty(min(at, self.window - at))])
+        self._ring[at] = duration
+        self._added += 1
+        self._total += duration
+        if self._added % self.window == 0:  # summed afresh once a window: no drift
+            self._total = float(self._ring.sum())
+        self._sorted = None
 
     def __len__(self) -> int:
-        return self._n
+        return min(self._added, self.window)
 
     def values(self) -> tuple[float, ...]:
-        """The durations added, shortest first."""
-        return tuple(self._values[: self._n].tolist())
+        """The durations in the window, shortest first."""
+        return tuple(self._by_length()[0].tolist())
 
     @property
     def mean(self) -> float | None:
-        if self._n:
-            return self._total / self._n
+        if self._added:
+            return self._total / len(self)
         return self.prior
 
     def remaining(self, elapsed: ArrayLike) -> np.ndarray | None:
         """Expected time left for tasks that have run ``elapsed`` seconds (one or many at once:
         a stage asks for all its running tasks on every pass)."""
         elapsed = np.asarray(elapsed, dtype=float)
-        n = self._n
+        n = len(self)
         if not n:
             return None if self.prior is None else np.maximum(self.prior - elapsed, 0.0)
-        values = self._values[:n]
-        if self._suffix is None:
-            self._suffix = np.zeros(n + 1)
-            self._suffix[:n] = np.cumsum(values[::-1])[::-1]
+        values, suffix = self._by_length()
         i = values.searchsorted(elapsed, side="right")
         longer = n - i
-        return np.where(longer > 0, self._suffix[i] / np.maximum(longer, 1) - elapsed, 0.0)
+        return np.where(longer > 0, suffix[i] / np.maximum(longer, 1) - elapsed, 0.0)
+
+    def _by_length(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._sorted is None:
+            n = len(self)
+            values = np.sort(self._ring[:n])
+            suffix = np.zeros(n + 1)
+            suffix[:n] = np.cumsum(values[::-1])[::-1]
+            self._sorted = values, suffix
+        return self._sorted
 
 
 def forecast_end(
