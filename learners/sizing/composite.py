@@ -214,6 +214,8 @@ class Composite:
         """Largest value reached by a killed attempt, per category and resource."""
         self._capacities: dict[Resources, Resources] = {}
         """What :meth:`capacity` found, per size of the task's own worker."""
+        self._declared: dict[tuple[object, ...], Resources] = {}
+        """What :meth:`_as_declared` found, per task's worker and declared sizes."""
 
     def learner(self, category: str) -> CategoryLearner:
         learner = self._learners.get(category)
@@ -228,7 +230,7 @@ class Composite:
         exhaustion: Exhaustion | None = None,
     ) -> Resources:
         if exhaustion is None and all(r in task.declared for r in self.resources):
-            return self._finish(task, {})  # what the task declares is its size
+            return self._as_declared(task)
         learner = self.learner(task.category)
         if exhaustion is None:
             values = learner.first(task)
@@ -246,6 +248,16 @@ class Composite:
                     if other not in task.declared:
                         values[other] = max(previous[other], value)
         return self._finish(task, values)
+
+    def _as_declared(self, task: TaskFeatures) -> Resources:
+        """The size of a task that declares every resource this sizer sizes: what it declares,
+        put in the worker's bounds. Nothing learnt changes it and a stage's tasks declare
+        alike, so it is found once per worker and declaration."""
+        key = (task.worker, *task.declared.items())
+        found = self._declared.get(key)
+        if found is None:
+            found = self._declared[key] = self._finish(task, {})
+        return found
 
     def ready(self, task: TaskFeatures) -> bool:
         """Whether the task's first attempt may start now. A category that nothing but its
