@@ -132,6 +132,10 @@ class Pool:
         """Per set of stages served, the workers taking work by (free cores, joined)."""
         self._ahead: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
         """The same for workers that queue, by room ahead (see :attr:`Slot.ahead_key`)."""
+        self._moved: dict[str, Slot] = {}
+        """Slots whose room grew since their entries in those orders were made: they are placed
+        again there before the next placement looks (a pass takes in many results of a worker,
+        and places once)."""
         self._order = count()
         self._largest: dict[str, Resources | None] = {}
         """What :meth:`largest_for` found, until a worker joins or leaves."""
@@ -194,6 +198,7 @@ class Pool:
         Workers of the stage's own pilot come first; among equals, the one the
         task fills most (best fit), to keep room for larger tasks elsewhere.
         """
+        self._reorder()
         slot = self._best(self._groups, stage, allocation, until, ahead=0)
         if slot is None and ahead:
             slot = self._best(self._ahead, stage, allocation, until, ahead=min(depth, AHEAD_DEPTH))
@@ -294,22 +299,33 @@ class Pool:
         slot = self._slots.get(worker_id)
         if slot is None:
             return []
-        self._use(slot, slot.used.minus(allocation), -1)
+        slot.used = slot.used.minus(allocation)
+        self._count(slot, -1)
+        if slot.key is not None:
+            self._moved[worker_id] = slot
         return [] if slot.queue is None else slot.queue.ended(key)
 
     def _take(self, slot: Slot, allocation: Resources) -> None:
-        self._use(slot, slot.used.plus(allocation), 1)
-
-    def _use(self, slot: Slot, used: Resources, attempts: int) -> None:
         taking = slot.key is not None
         self._exit(slot)
-        slot.used = used
+        slot.used = slot.used.plus(allocation)
+        self._count(slot, 1)
+        if taking:
+            self._enter(slot)
+
+    def _count(self, slot: Slot, attempts: int) -> None:
         slot.running += attempts
         self._running[slot.pilot_id] += attempts
         if not self._running[slot.pilot_id]:
             self._emptied.add(slot.pilot_id)
-        if taking:
-            self._enter(slot)
+
+    def _reorder(self) -> None:
+        """Give the slots whose room grew their place in the orders by room."""
+        for slot in self._moved.values():
+            if slot.key is not None:  # else it left, or drains, since
+                self._exit(slot)
+                self._enter(slot)
+        self._moved.clear()
 
     def slots_for(self, stage: str, allocation: Resources, until: float) -> int:
         """How many tasks of this size the stage could run at once on the workers it may use."""
