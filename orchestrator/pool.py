@@ -26,13 +26,14 @@ from learners.resources import PACKED, Resources
 from orchestrator.agent.attempt import AttemptResult, AttemptSpec
 from orchestrator.workerqueue import Key, WorkerQueue
 
-AHEAD_DEPTH = 32
+AHEAD_DEPTH = 64
 """A worker that queues holds at most this many capacities' worth of attempts ahead (a stage
 asks for less when its tasks are longer, ``runstate.AHEAD_S``): enough that it has work
 while the manager gathers a pass's results (``engine.GATHER_S``) and the worker's results
 linger for company (``worker.RESULT_LINGER_S``), for tasks of a few milliseconds. A worker
-turns an attempt of ``true`` over in about 2 ms: 16 of them lasted no longer than that round
-trip, and its workers idled (10,000 such tasks on two workers: 930 tasks/s, 1,400 with 32)."""
+turns an attempt of ``true`` over in about 2 ms, so the manager, which hears of room that
+late, must send it 64 ahead to gather 40 ms (16 ahead and 20 ms: the workers idled, 930
+tasks/s on two workers; 32 and 20 ms: 1,400 to 1,500; 32 and 40 ms: 1,120)."""
 
 
 Told = Callable[[AttemptResult], None]
