@@ -39,6 +39,9 @@ class Recorder:
         self._stages: dict[str, StageRun] = {}
         """Stages changed since the last write, written as they are then: a stage's row
         changes with every task done, and is written once a write."""
+        self._started: dict[Key, float] = {}
+        """Attempts started since the last write, and when: written with it, unless they ended
+        first (their end's row says when they started: most short attempts)."""
 
     # ---- writing --------------------------------------------------------------
 
@@ -72,7 +75,13 @@ class Recorder:
         self._stages[stage.spec.name] = stage
 
     def stage_rows(self) -> None:
-        """Queue the rows of the stages changed since this was last done (each write does)."""
+        """Queue what waits for the write (each write does this): the rows of the stages
+        changed since, and the starts of the attempts that have not ended since."""
+        started, self._started = self._started, {}
+        for key, t in started.items():
+            self.store.stage(
+                "attempts", self._attempt_key(*key), outcome=str(OnWorker.RUNNING), start_t=t
+            )
         changed, self._stages = self._stages, {}
         for name, stage in changed.items():
             self.store.stage(
@@ -169,10 +178,9 @@ class Recorder:
         )
 
     def attempt_started(self, key: Key, t: float) -> None:
-        """Started on its worker at ``t``: at once, or once the worker had room."""
-        self.store.stage(
-            "attempts", self._attempt_key(*key), outcome=str(OnWorker.RUNNING), start_t=t
-        )
+        """Started on its worker at ``t``, once the worker had room (written with the next
+        write)."""
+        self._started[key] = t
 
     def attempt_ended(
         self,
@@ -187,6 +195,8 @@ class Recorder:
         :meth:`attempt_started` said); ``stopped``: by the run's end (:data:`STOPPED`)."""
         key = self._attempt_key(spec.task_id, spec.attempt)
         end, start = ran
+        if (started := self._started.pop(spec.key, None)) is not None and start is None:
+            start = started  # as recorded, had it been written
         moments = {"end_t": end} if start is None else {"start_t": start, "end_t": end}
         self.store.stage(
             "attempts",
@@ -209,6 +219,7 @@ class Recorder:
     def attempt_late(self, spec: AttemptSpec, result: AttemptResult) -> None:
         """The result of an attempt given up on: recorded, never counted."""
         key = self._attempt_key(spec.task_id, spec.attempt)
+        self._started.pop(spec.key, None)  # its end, as the run took it, stays
         self.store.stage("attempts", key, outcome=f"late {result.outcome}")
 
     def task(self, task: TaskRun) -> None:

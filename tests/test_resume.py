@@ -506,11 +506,11 @@ def test_a_resumed_run_reads_a_workers_attempts_in_the_order_they_were_sent():
             recorder.attempt_sent(spec("t-9"), "w", "p")
             recorder.attempt_started(("t-9", 1), 5.0)
             recorder.attempt_sent(spec("t-2", 2), "w", "p")
-            await store.flush()
+            await recorder.flush()
             for task_id in ("t-10", "t-11", "t-1"):
                 recorder.attempt_sent(spec(task_id), "w", "p")  # ahead: waiting
             recorder.attempt_started(("t-2", 2), 6.0)  # a later change keeps a row's place
-            await store.flush()
+            await recorder.flush()
             return await SavedRun.load(store, "r")
 
     saved = clock.run(main(), virtual=False)

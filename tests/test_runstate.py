@@ -476,7 +476,7 @@ def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
     state.apply(Tick(110.0))
     state.apply(ended(first[0], 0.001))
     sent = state.place()  # one into the room, the others ahead
-    attempts = {key[1][1]: fields for key, fields in rows.rows.items() if key[0] == "attempts"}
+    attempts = {key[1][1]: fields for key, fields in rows.written().items() if key[0] == "attempts"}
     record = [attempts[launch.spec.task_id] for launch in sent]
     assert [a["outcome"] for a in record] == ["running"] + ["waiting"] * 2 * AHEAD_DEPTH
     assert record[0]["start_t"] == 10.0 and all("start_t" not in a for a in record[1:])
@@ -486,6 +486,7 @@ def test_attempts_sent_ahead_are_recorded_waiting_until_their_worker_has_room():
 
     state.apply(Tick(112.0))
     state.apply(ended(first[1], 0.001))  # a core frees: the first sent ahead starts
+    rows.written()
     assert (record[1]["outcome"], record[1]["start_t"]) == ("running", 12.0)
     assert [a["outcome"] for a in record[2:]] == ["waiting"] * (2 * AHEAD_DEPTH - 1)
     assert len(stage.running) == 2 and len(stage.waiting) == 2 * AHEAD_DEPTH - 1
