@@ -130,14 +130,17 @@ class Pool:
         self._emptied: set[str] = set()
         """Pilots whose last running attempt ended since :meth:`newly_idle` was asked."""
         self._groups: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
-        """Per set of stages served, the workers taking work by (free cores, joined)."""
+        """Per set of stages served, the workers taking work by (free cores, joined); a set's
+        list stays, empty, once its last worker left (the sets are few: the pilots' stages)."""
         self._ahead: dict[frozenset[str], list[tuple[float, int, Slot]]] = {}
         """The same for workers that queue, by room ahead (see :attr:`Slot.ahead_key`)."""
         self._moved: dict[str, Slot] = {}
         """Slots whose room grew since their entries in those orders were made: they are placed
         again there before the next placement looks (a pass takes in many results of a worker,
         and places once)."""
-        self._order = count()
+        self._splits: dict[tuple[bool, str], tuple[list[frozenset[str]], list[frozenset[str]]]] = {}
+        """What :meth:`_split` found, per order and stage."""
+        self._joined = count()
         self._largest: dict[str, Resources | None] = {}
         """What :meth:`largest_for` found, until a worker joins or leaves."""
 
@@ -146,7 +149,7 @@ class Pool:
         that joins again starts afresh)."""
         self.leave(worker.id)
         self._largest.clear()
-        slot = self._slots[worker.id] = Slot(worker, pilot_id, stages, next(self._order))
+        slot = self._slots[worker.id] = Slot(worker, pilot_id, stages, next(self._joined))
         if worker.queues:
             slot.queue = WorkerQueue(worker.capacity)
         if pilot_id not in self._draining:
@@ -215,11 +218,25 @@ class Pool:
         until: float,
         ahead: int,
     ) -> Slot | None:
-        slot = self._first_fit(orders, [g for g in orders if stage in g], allocation, until, ahead)
+        own, others = self._split(orders, stage)
+        slot = self._first_fit(orders, own, allocation, until, ahead)
         if slot is None and self.share:
-            others = [g for g in orders if stage not in g]
             slot = self._first_fit(orders, others, allocation, until, ahead)
         return slot
+
+    def _split(
+        self, orders: dict[frozenset[str], list[tuple[float, int, Slot]]], stage: str
+    ) -> tuple[list[frozenset[str]], list[frozenset[str]]]:
+        """The groups of ``orders`` that serve ``stage``, and the others (found again only
+        once a group is added: a group stays, emptied, when its last worker leaves it)."""
+        key = (orders is self._ahead, stage)
+        found = self._splits.get(key)
+        if found is None:
+            found = self._splits[key] = (
+                [g for g in orders if stage in g],
+                [g for g in orders if stage not in g],
+            )
+        return found
 
     @staticmethod
     def _first_fit(
@@ -248,19 +265,27 @@ class Pool:
 
     def _enter(self, slot: Slot) -> None:
         slot.key = (slot.free_cores, slot.joined, slot)
-        insort(self._groups.setdefault(slot.stages, []), slot.key)
+        insort(self._order(self._groups, slot.stages), slot.key)
         if slot.worker.queues:
             room = slot.free_cores + AHEAD_DEPTH * slot.worker.capacity.cores
             slot.ahead_key = (room, slot.joined, slot)
-            insort(self._ahead.setdefault(slot.stages, []), slot.ahead_key)
+            insort(self._order(self._ahead, slot.stages), slot.ahead_key)
+
+    def _order(
+        self, orders: dict[frozenset[str], list[tuple[float, int, Slot]]], stages: frozenset[str]
+    ) -> list[tuple[float, int, Slot]]:
+        """The order of the workers serving ``stages`` in ``orders``, made if it is new."""
+        order = orders.get(stages)
+        if order is None:
+            order = orders[stages] = []
+            self._splits.clear()
+        return order
 
     def _exit(self, slot: Slot) -> None:
         for orders, key in ((self._groups, slot.key), (self._ahead, slot.ahead_key)):
             if key is not None:
                 order = orders[slot.stages]
                 del order[bisect_left(order, key)]
-                if not order:
-                    del orders[slot.stages]
         slot.key = slot.ahead_key = None
 
     def largest_for(self, stage: str) -> Resources | None:
