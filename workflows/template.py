@@ -124,9 +124,9 @@ def render(
 ) -> str:
     """``template`` with its placeholders replaced by their values, shell-quoted unless
     ``quote`` is false (an output pattern is a path, not a shell word)."""
+    if (fixed := _fixed(template)) is not None:
+        return fixed
     pieces = _pieces(template)
-    if all(name is None for _, name, _, _ in pieces):  # no placeholder: the same for every task
-        return "".join(literal for literal, _, _, _ in pieces)
     values = {"index": index, "stage": stage, "workdir": workdir, "rundir": rundir}
     values |= item_values(item) if item is not None else dict.fromkeys(ITEM)
     out = []
@@ -314,6 +314,15 @@ def _widest_indices(count: int) -> list[int]:
 
 def _quoted_bytes(value: str) -> int:
     return len(shlex.quote(value).encode())
+
+
+@lru_cache(maxsize=256)
+def _fixed(template: str) -> str | None:
+    """``template``'s text if it has no placeholder (the same for every task), else None."""
+    pieces = _pieces(template)
+    if any(name is not None for _, name, _, _ in pieces):
+        return None
+    return "".join(literal for literal, _, _, _ in pieces)
 
 
 @lru_cache(maxsize=256)
