@@ -195,6 +195,7 @@ class Composite:
         self.name = name
         self.resources = resources
         """The resources this sizer allocates; the others stay unreserved (0, wall unbounded)."""
+        self._sized = frozenset(resources)
         self.packed = tuple(r for r in resources if r in PACKED)
         """Those of them a worker has a fixed amount of."""
         self.worker = worker
@@ -229,7 +230,7 @@ class Composite:
         previous: Resources | None = None,
         exhaustion: Exhaustion | None = None,
     ) -> Resources:
-        if exhaustion is None and all(r in task.declared for r in self.resources):
+        if exhaustion is None and self.declares_all(task):
             return self._as_declared(task)
         learner = self.learner(task.category)
         if exhaustion is None:
@@ -248,6 +249,11 @@ class Composite:
                     if other not in task.declared:
                         values[other] = max(previous[other], value)
         return self._finish(task, values)
+
+    def declares_all(self, task: TaskFeatures) -> bool:
+        """Whether ``task`` declares every resource this sizer sizes: nothing learnt changes
+        its size."""
+        return task.declared.keys() >= self._sized
 
     def _as_declared(self, task: TaskFeatures) -> Resources:
         """The size of a task that declares every resource this sizer sizes: what it declares,

@@ -256,7 +256,7 @@ class Selector:
         previous: Resources | None = None,
         exhaustion: Exhaustion | None = None,
     ) -> Resources:
-        if all(r in task.declared for r in self.resources):  # nothing learnt can change it
+        if self.candidates[0].declares_all(task):  # nothing learnt can change it
             return self.candidates[0].allocate(task, previous, exhaustion)
         self._learn()
         if exhaustion is not None:
