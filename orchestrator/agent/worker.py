@@ -69,10 +69,12 @@ EXIT_REFUSED = 4
 
 RESEND_S = 60.0
 """Results sent this recently are sent again to a manager the worker registers with anew."""
-RESULT_LINGER_S = 0.01
+RESULT_LINGER_S = 0.02
 """While attempts sent ahead wait here, a result waits up to this long for the next ones to
 leave with it: the manager has given this worker work, and fewer, larger frames cost both
-sides less (its loop gathers results as long)."""
+sides less (its loop gathers results twice as long). A worker's last result, with nothing
+waiting behind it, leaves at once. 20 ms, not 10: 3 to 5% less of the manager's CPU a task
+for tasks of a few milliseconds, the same throughput."""
 OUTSIDE_SIGNAL_GRACE_S = 1.0
 """How long an attempt killed by a signal the worker did not send waits for the worker's own
 stop: a batch system stopping a job (scancel, time limit) signals every process of it at once,
