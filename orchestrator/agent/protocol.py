@@ -657,6 +657,10 @@ def _captured(value: Any, name: str) -> Captured:
 
 
 _OUTCOMES = {o.value: o for o in Outcome}
+_SILENT = ["", "", 0]
+"""A stream that printed nothing, as a result carries it: most attempts' stdout and stderr,
+decoded to one shared :data:`_NOTHING`."""
+_NOTHING = Captured()
 
 
 def _is_captured(value: Any) -> bool:
@@ -720,8 +724,8 @@ def _usual_result(item: Any) -> AttemptResult | None:
         memory_series=None if series is None else tuple(map(float, series)),
         sample_interval_s=None if interval is None else float(interval),
         output_tail=tail,
-        stdout=Captured(*stdout),
-        stderr=Captured(*stderr),
+        stdout=Captured(*stdout) if stdout != _SILENT else _NOTHING,
+        stderr=Captured(*stderr) if stderr != _SILENT else _NOTHING,
         node=node,
         sandbox=sandbox,
         starved=starved,
