@@ -97,18 +97,36 @@ async def test_a_flat_sandbox_is_gone_at_once_and_a_deep_one_once_settled(runner
 
 async def test_an_emptied_sandbox_is_the_next_attempts_and_none_outlives_the_worker(runner):
     """A flat sandbox is emptied and renamed for the next attempt (making and removing a
-    directory costs more); the next attempt finds it empty, and settling removes the spares."""
-    inode = 'stat -c %i "$LEADTIME_SCRATCH"; ls -A "$LEADTIME_SCRATCH" >&2'
-    first = await runner.run(spec("one", f"touch junk; {inode}"))
-    second = await runner.run(spec("two", inode))
-    assert first.stdout.head == second.stdout.head  # the same directory
+    directory costs more), its streams with it, emptied; the next attempt finds only those,
+    and its stdout holds only what it wrote. Settling removes the spares."""
+    inode = 'stat -c %i "$LEADTIME_SCRATCH" leadtime.stdout; ls -A "$LEADTIME_SCRATCH" >&2'
+    first = await runner.run(spec("one", f"cd $LEADTIME_SCRATCH; touch junk; {inode}"))
+    second = await runner.run(spec("two", f"cd $LEADTIME_SCRATCH; {inode}"))
+    assert first.stdout.head == second.stdout.head  # the same directory and stdout
     assert second.stderr.head.split() == [taskrun.STDERR, STDOUT]  # junk went with one
     assert not runner.sandbox(spec("one", "")).exists()
     spares = list(runner.config.root.iterdir())
     assert [s.name.startswith(".spare-") for s in spares] == [True]
-    assert list(spares[0].iterdir()) == []
+    streams = sorted(spares[0].iterdir())
+    assert [(s.name, s.stat().st_size) for s in streams] == [(taskrun.STDERR, 0), (STDOUT, 0)]
     await runner.settle()
     assert list(runner.config.root.iterdir()) == []
+
+
+async def test_a_stream_something_left_behind_still_holds_is_not_the_next_attempts(runner):
+    """A process an attempt left behind that escaped the sweep (it emptied its environment
+    and left the session) still holds its stdout: the next attempt writes to a new file,
+    and what the leftover writes meanwhile is in neither result."""
+    left = "setsid env -i /bin/sh -c 'sleep 1; echo late' & echo $!; sleep 0.2"
+    first = await runner.run(spec("one", left))
+    pid = int(first.stdout.head)
+    try:
+        second = await runner.run(spec("two", "sleep 1.5; echo mine"))
+        assert second.outcome is Outcome.SUCCESS
+        assert (second.stdout.head, second.stdout.tail) == ("mine\n", "")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 async def test_a_kept_sandbox_moves_to_the_run_directory_and_leaves_nothing_on_the_node(tmp_path):
