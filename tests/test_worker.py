@@ -129,6 +129,18 @@ async def test_a_stream_something_left_behind_still_holds_is_not_the_next_attemp
             os.kill(pid, signal.SIGKILL)
 
 
+async def test_a_file_a_task_linked_in_place_of_its_stream_is_left_whole(runner, tmp_path):
+    """A task that put a hard link to a file of its own where its stdout was: the spare does
+    not keep it as the next attempt's stream (emptying it would empty the file)."""
+    mine = tmp_path / "results.txt"
+    mine.write_text("precious\n")
+    await runner.run(spec("one", f'ln -f {mine} "$LEADTIME_SCRATCH/{STDOUT}"'))
+    second = await runner.run(spec("two", "echo next"))
+    assert second.stdout.head == "next\n"
+    assert mine.read_text() == "precious\n"
+    assert mine.stat().st_nlink == 1
+
+
 async def test_a_kept_sandbox_moves_to_the_run_directory_and_leaves_nothing_on_the_node(tmp_path):
     """Under Slurm the root is the node's /tmp: a failed attempt's scratch moves to the run's
     directory (where its user reads it), and the result says where."""

@@ -669,9 +669,10 @@ def _emptied_if_unheld(path: str) -> bool:
     A process the task left behind (one that emptied its environment escapes the sweep) may
     still hold its stream, and would write into the next attempt's. Linux grants a write
     lease only on a file nobody else has open; where there are none (NFS, or leases turned
-    off), the file is not reused. The lease is held for these few calls: no one is signalled
-    when an opener breaks it (the break would send SIGIO, which ends a process by default),
-    and that opener waits until it is given up.
+    off), the file is not reused. Nor is one with another name (a task may have linked a
+    file of its own there): that file is left whole. The lease is held for these few calls:
+    no one is signalled when an opener breaks it (the break would send SIGIO, which ends a
+    process by default), and that opener waits until it is given up.
     """
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -681,7 +682,10 @@ def _emptied_if_unheld(path: str) -> bool:
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
         fcntl.fcntl(fd, fcntl.F_SETOWN, 0)
         try:
-            if os.fstat(fd).st_size:
+            found = os.fstat(fd)
+            if found.st_nlink != 1:
+                return False
+            if found.st_size:
                 os.ftruncate(fd, 0)
         finally:
             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
