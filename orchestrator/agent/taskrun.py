@@ -675,7 +675,7 @@ def _emptied_if_unheld(path: str) -> bool:
     process by default), and that opener waits until it is given up.
     """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
     try:
