@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -729,6 +730,12 @@ def test_a_tasks_srun_and_mpirun_stay_on_its_node_in_a_pilot_of_two_nodes(tmp_pa
     assert cluster.queued() == []
 
 
+def worker_roots(node: str) -> set[Path]:
+    """The scratch roots of the workers that ran on ``node`` (the local Slurm's nodes share
+    this machine's temporary directory)."""
+    return set(Path(tempfile.gettempdir()).glob(f"leadtime-{node}-*"))
+
+
 def crash_second_node() -> int:
     """Kill (SIGKILL) every process of the local Slurm's second node, its slurmd among them,
     as a node that loses power: nothing it runs says goodbye. How many there were."""
@@ -769,11 +776,15 @@ def test_a_pilot_whose_node_died_is_cancelled_once_its_workers_left(
             summary, rows = await run(workflow, config, store, cluster, observer)
             return summary, rows, clock.now()
 
+    scratch = worker_roots(f"{HOST}-2")
     try:
         summary, rows, ended = clock.run(main(), virtual=False)
-    finally:  # the node back: down (Slurm forgets what ran there), its slurmd started again
+    finally:  # the node back: down (Slurm forgets what ran there), its slurmd started again,
+        # and its scratch wiped of what its killed worker left there, as a rebooted node's is
         sh("scontrol", "update", f"nodename={HOST}-2", "state=down", "reason=test crash")
         subprocess.run([slurm_local, "up"], check=True, capture_output=True, timeout=120)
+        for root in worker_roots(f"{HOST}-2") - scratch:
+            shutil.rmtree(root, ignore_errors=True)
     assert crashed and crashed[0][0] > 0
     assert summary.status == "done", summary.error
     attempts = rows["attempts"]
