@@ -421,7 +421,7 @@ class Runner:
                 f"[leadtime] {how}: {e.resource} reached {e.measured:.6g}{unit}"
                 f" (allocation {limit:.6g}{unit})"
             )
-        for name in (STDOUT, STDERR):
+        for name in STREAMS:
             lines = _last_lines(sandbox / name, self.config.tail_lines)
             if lines:
                 parts.append(f"[{name.split('.')[-1]}]\n{lines}")
@@ -522,7 +522,7 @@ class Runner:
                 return
             place.mkdir()
             left = []
-            for name in (STDOUT, STDERR):
+            for name in STREAMS:
                 stream = sandbox / name
                 size = stream.stat().st_size if stream.exists() else 0
                 if size and self._spend(size):
