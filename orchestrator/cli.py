@@ -35,6 +35,7 @@ from orchestrator.compare import compare as run_comparison
 from orchestrator.dashboard import live_view
 from orchestrator.elastic import DEFAULT_COST, Unit
 from orchestrator.engine import Observer, Refused
+from orchestrator.entry import loaded
 from orchestrator.planner import STRATEGIES
 from orchestrator.report import (
     compare_tables,
@@ -109,6 +110,7 @@ def _options(
     ] = False,
 ) -> None:
     """The options of every command (the app's help says what leadtime does)."""
+    loaded()
 
 
 Db = Annotated[Path | None, typer.Option("--db", help="Store file (default: XDG data dir).")]

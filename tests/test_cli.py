@@ -250,6 +250,50 @@ def test_ctrl_c_while_the_command_line_loads_leaves_quietly(after):
     assert (out, err) == ("", "")
 
 
+_CTRL_C_INSIDE_A_WEAKREF_CALLBACK = """
+import os, signal, sys, weakref
+
+class Finder:  # the first import of the command line: Ctrl-C arrives in a weakref callback
+    def find_spec(self, name, path, target=None):
+        if name == "orchestrator.cli":
+            sys.meta_path.remove(self)
+            obj = type("Obj", (), {})()
+            ref = weakref.ref(obj, lambda _: os.kill(os.getpid(), signal.SIGINT))
+            del obj
+        return None
+
+sys.meta_path.insert(0, Finder())
+"""
+
+_CTRL_C_WHILE_TYPER_BUILDS = """
+import os, signal, typer.main
+
+build = typer.main.get_command
+
+def get_command(app):
+    os.kill(os.getpid(), signal.SIGINT)
+    return build(app)
+
+typer.main.get_command = get_command
+"""
+
+
+@pytest.mark.parametrize(
+    "when",
+    [_CTRL_C_INSIDE_A_WEAKREF_CALLBACK, _CTRL_C_WHILE_TYPER_BUILDS],
+    ids=["weakref", "typer"],
+)
+def test_ctrl_c_at_the_worst_moments_of_loading_leaves_quietly(when):
+    """Two moments a timed Ctrl-C hits only now and then, made certain: inside a weakref
+    callback of the import machinery (an exception raised there was printed as ignored, and
+    the command ran on to exit 0), and while typer builds the commands after the imports."""
+    code = f"{when}\nfrom {_console_script().__module__} import main; main()"
+    run = subprocess.run(
+        [sys.executable, "-c", code, "status"], capture_output=True, text=True, timeout=60
+    )
+    assert (run.returncode, run.stdout, run.stderr) == (130, "", "")
+
+
 def test_ctrl_c_in_a_simulated_run_says_to_run_it_again_not_to_resume(tmp_path):
     """A simulated cluster lives in its manager: nothing is left to release or resume."""
     (tmp_path / "wf.toml").write_text(
