@@ -1020,6 +1020,44 @@ async def test_a_killed_worker_leaves_no_sandbox_on_the_nodes_scratch(tmp_path):
             shutil.rmtree(root)
 
 
+@pytest.mark.parametrize("keep", ["failure", "never"])
+async def test_a_killed_worker_without_keep_to_leaves_only_its_kept_sandboxes(tmp_path, keep):
+    """Without ``--keep-to``, failed attempts' sandboxes are kept under the root: SIGKILL of
+    the worker leaves them (and the attempt it cut short, as its own end would), while its
+    sentinel removes the spare sandboxes, kept for the worker alone; where none is kept, the
+    root goes whole."""
+    root = tmp_path / "worker"
+    async with Cluster(tmp_path) as cluster:
+        process = await start_worker(
+            cluster.manager.address, tmp_path, "--keep-sandboxes", keep, env=SECRET_ENVIRON
+        )
+        worker = await asyncio.wait_for(cluster.joined.get(), 10)
+        assert (await worker.run(spec("bad", "echo oops >&2; exit 1"))).outcome is Outcome.FAILED
+        running = worker.run(spec("cut", "sleep 30"))
+        for _ in range(100):  # its sandbox is made
+            if (root / "cut.0").exists():
+                break
+            await asyncio.sleep(0.05)
+        assert (await worker.run(spec("ok", "true"))).outcome is Outcome.SUCCESS  # a spare
+        assert any(p.name.startswith(taskrun.SPARE) for p in root.iterdir())
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        running.cancel()
+
+    def left() -> list[str]:
+        return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+    expected = [] if keep == "never" else ["bad.0", "cut.0"]
+    for _ in range(100):  # the sentinel works once the worker is dead
+        if left() == expected:
+            break
+        await asyncio.sleep(0.05)
+    assert left() == expected
+    assert root.exists() is bool(expected)
+    if expected:
+        assert (root / "bad.0" / taskrun.STDERR).read_text() == "oops\n"
+
+
 async def test_a_worker_process_without_a_manager_exits(tmp_path):
     address = ("127.0.0.1", free_port())
     process = await start_worker(

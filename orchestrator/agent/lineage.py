@@ -30,11 +30,9 @@ import ctypes
 import os
 import secrets
 import select
-import shutil
 import signal
 import time
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
 
 ATTEMPT_TOKEN = "LEADTIME_ATTEMPT_TOKEN"
 WORKER_TOKEN = "LEADTIME_WORKER_TOKEN"
@@ -278,21 +276,21 @@ def _until_dead(pids: Iterable[int], within_ms: int = 500) -> None:
 
 
 class Sentinel:
-    """Kills the worker's processes once the worker is gone, however it went, and removes
-    its ``scratch`` directory (if given: one nothing is meant to stay in).
+    """Kills the worker's processes once the worker is gone, however it went, then calls
+    ``leftovers`` (if given: it removes what the worker left on the node's scratch).
 
     Start it before the worker runs anything (it forks: no threads may run yet). It holds
     the read end of a pipe whose write end only the worker has; when the worker ends the
     kernel closes that end and the sentinel wakes, sweeps, and exits.
     """
 
-    def __init__(self, worker_token: str, scratch: Path | None = None) -> None:
+    def __init__(self, worker_token: str, leftovers: Callable[[], object] | None = None) -> None:
         self.worker_token = worker_token
         read, self._write = os.pipe()  # neither end is inherited by the worker's tasks
         pid = os.fork()
         if pid == 0:  # the sentinel
             os.close(self._write)
-            _watch(read, worker_token, scratch)
+            _watch(read, worker_token, leftovers)
         os.close(read)
         self.pid = pid
         _sentinels.add(pid)
@@ -306,10 +304,10 @@ class Sentinel:
         _sentinels.discard(self.pid)
 
 
-def _watch(pipe: int, worker_token: str, scratch: Path | None) -> None:
+def _watch(pipe: int, worker_token: str, leftovers: Callable[[], object] | None) -> None:
     """The sentinel's life: wait for the worker's end; SIGTERM what its tasks left, wait the
     grace, sweep; remove what a worker killed outright left on the node's scratch (its
-    attempts' sandboxes); exit without cleanup."""
+    attempts' sandboxes: ``leftovers``); exit without cleanup."""
     try:
         os.setsid()  # not in the worker's group: a kill of that group must not stop the sweep
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -319,7 +317,7 @@ def _watch(pipe: int, worker_token: str, scratch: Path | None) -> None:
         lineage = Lineage()
         _until_dead(lineage.terminate(worker_token, worker=True), within_ms=SENTINEL_GRACE_MS)
         lineage.sweep(worker_token, worker=True)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        if leftovers is not None:
+            leftovers()
     finally:
         os._exit(0)

@@ -74,6 +74,10 @@ SPARE_SANDBOXES = 8
 """Emptied sandboxes kept for the next attempts: renaming a directory costs a fraction of
 making and removing one, which matters for tasks of a few milliseconds."""
 NOT_KEPT = "leadtime.not-kept"
+SPARE = ".spare-"
+HOSTS = ".slurm-hosts-"
+"""The prefixes of what a worker keeps under its root for itself: spare sandboxes and the
+host files of multi-core tasks."""
 _IGNORED_BY_PYTHON = (signal.SIGPIPE, signal.SIGXFSZ)
 """Signals Python ignores, which a task would inherit ignored: it gets them back at their
 defaults (as ``subprocess`` does with ``restore_signals``)."""
@@ -158,7 +162,7 @@ class Runner:
         self._removals: set[asyncio.Future] = set()
         self._keep_budget = config.keep_budget_mb * MB
         self._spares: list[Path] = []
-        """Emptied sandboxes (``.spare-N`` under the root), each the next attempt's to take."""
+        """Emptied sandboxes (:data:`SPARE` N under the root), each the next attempt's to take."""
         self._spare_ids = itertools.count()
         self._keep_lock = threading.Lock()
         self._affinity = frozenset(os.sched_getaffinity(0))
@@ -444,7 +448,7 @@ class Runner:
         path = self._hostfiles.get(cores)
         if path is None:
             assert self._node is not None
-            path = self.config.root / f".slurm-hosts-{cores}"
+            path = self.config.root / f"{HOSTS}{cores}"
             path.write_text(f"{self._node}\n" * cores)
             self._hostfiles[cores] = path
         return path
@@ -496,7 +500,7 @@ class Runner:
                 if not (kept and entry.name in STREAMS and _emptied_if_unheld(entry.path)):
                     os.unlink(entry.path)
             if kept:
-                spare = self.config.root / f".spare-{next(self._spare_ids)}"
+                spare = self.config.root / f"{SPARE}{next(self._spare_ids)}"
                 os.rename(sandbox, spare)
                 self._spares.append(spare)
             else:
@@ -550,6 +554,19 @@ class Runner:
 SRUN_MEMORY_PER_UNIT = ("SLURM_MEM_PER_CPU", "SLURM_MEM_PER_GPU")
 """The job's memory per CPU or GPU, which ``srun`` would take with a task's memory per node
 (it refuses both at once): left out of a task's environment."""
+
+
+def remove_own_files(root: Path) -> None:
+    """Remove what a worker kept under ``root`` for itself (:data:`SPARE`, :data:`HOSTS`), as
+    :meth:`Runner.settle` does at its end: for the sentinel of a worker killed outright."""
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name.startswith((SPARE, HOSTS)):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
 
 
 def srun_defaults(

@@ -35,6 +35,7 @@ import tempfile
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -57,7 +58,13 @@ from orchestrator.agent.protocol import (
     Welcome,
     lost,
 )
-from orchestrator.agent.taskrun import KEEP_BUDGET_MB, Keep, Runner, RunnerConfig
+from orchestrator.agent.taskrun import (
+    KEEP_BUDGET_MB,
+    Keep,
+    Runner,
+    RunnerConfig,
+    remove_own_files,
+)
 from orchestrator.command import App
 
 log = logging.getLogger(__name__)
@@ -765,8 +772,7 @@ def command(
         raise typer.Exit(EXIT_USAGE) from None
     code = EXIT_RELEASED
     # Before anything runs: no task outlives this process, nor its sandboxes a SIGKILL.
-    scratch = options.root if options.own_root and options.keep_to is not None else None
-    sentinel = Sentinel(options.token, scratch)
+    sentinel = Sentinel(options.token, partial(_remove_leftovers, options))
     adopt_orphans()  # what a task leaves stays below us: a look at our children finds it
     try:
         with contextlib.suppress(KeyboardInterrupt):
@@ -774,6 +780,22 @@ def command(
     finally:
         sentinel.close()
     raise typer.Exit(code)
+
+
+def _remove_leftovers(options: WorkerOptions) -> None:
+    """What a worker killed outright left on the node's scratch, removed by its sentinel once
+    its tasks are dead, as the worker's own end would have: the root it made, whole, where
+    no sandbox stays in it (kept ones go to ``--keep-to``, or none is kept); else its spares
+    and host files, and the root if that empties it (a failed attempt's sandbox stays, as
+    it would have). In a root it did not make, nothing: another worker may share it."""
+    if not options.own_root:
+        return
+    if options.keep_to is not None or options.keep_sandboxes == "never":
+        shutil.rmtree(options.root, ignore_errors=True)
+        return
+    remove_own_files(options.root)
+    with contextlib.suppress(OSError):
+        options.root.rmdir()
 
 
 app = App(add_completion=False)
