@@ -400,6 +400,24 @@ def test_options_from_flags_and_environment(tmp_path):
     assert SECRET.hex() not in repr(options)
 
 
+def test_options_make_a_root_of_the_workers_own_and_nothing_when_refused(tmp_path):
+    """A root that exists may be another worker's or another run's: the worker makes its
+    own inside it. A refused option makes no directory at all."""
+    environ = {protocol.SECRET_ENV: SECRET.hex()}
+    fresh = tmp_path / "scratch" / "root"
+    with pytest.raises(OptionsError, match="keep-budget"):
+        make_options("h:1", root=fresh, keep_budget=-1, environ=environ)
+    with pytest.raises(OptionsError, match="HOST:PORT"):
+        make_options("h", root=fresh, environ=environ)
+    assert not (tmp_path / "scratch").exists()
+    assert make_options("h:1", root=fresh, environ=environ).root == fresh
+    inside = make_options("h:1", root=fresh, worker_id="w", environ=environ).root
+    assert inside.parent == fresh and inside.name.startswith("leadtime-w-")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OptionsError, match=r"sandbox root in .*file: Not a directory"):
+        make_options("h:1", root=tmp_path / "file", environ=environ)
+
+
 def test_main_reports_user_errors_without_a_traceback(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv(protocol.SECRET_ENV, raising=False)
     assert main(["--manager", "localhost:1", "--root", str(tmp_path)]) == EXIT_USAGE
@@ -991,11 +1009,14 @@ async def test_a_worker_leaves_nothing_on_the_nodes_scratch(tmp_path):
 async def test_a_killed_worker_leaves_no_sandbox_on_the_nodes_scratch(tmp_path):
     """SIGKILL of a worker (the OOM killer, a task that kills it) leaves its attempts'
     sandboxes behind: its sentinel removes them with the root the worker made, once its
-    tasks are dead. A root it did not make is left as it was."""
+    tasks are dead. In a root that existed, the worker made a directory of its own: that
+    goes, and what else was in the root stays."""
     for made in (True, False):
         root = tmp_path / "worker"
         if not made:
             root.mkdir()
+            (root / "t.0").mkdir()  # another's sandbox of the same name
+            (root / "t.0" / "theirs").write_text("mine\n")
         async with Cluster(tmp_path) as cluster:
             kept = tmp_path / "run" / "kept"
             process = await start_worker(
@@ -1004,19 +1025,22 @@ async def test_a_killed_worker_leaves_no_sandbox_on_the_nodes_scratch(tmp_path):
             worker = await asyncio.wait_for(cluster.joined.get(), 10)
             running = worker.run(spec("t", "sleep 30"))
             for _ in range(100):  # its sandbox is made
-                if (root / "t.0").exists():
+                if list(root.glob("**/t.0/leadtime.stdout")):
                     break
                 await asyncio.sleep(0.05)
+            (sandbox,) = (p.parent for p in root.glob("**/t.0/leadtime.stdout"))
+            assert (sandbox.parent == root) is made
             process.send_signal(signal.SIGKILL)
             await process.wait()
             running.cancel()
         for _ in range(100):  # the sentinel works once the worker is dead
-            if root.exists() != made:
+            if not sandbox.exists():
                 break
             await asyncio.sleep(0.05)
-        assert root.exists() is not made
+        assert not sandbox.parent.exists()
         if not made:  # not the worker's to remove, nor what was in it
-            assert (root / "t.0").is_dir()
+            assert [p.name for p in root.iterdir()] == ["t.0"]
+            assert (root / "t.0" / "theirs").read_text() == "mine\n"
             shutil.rmtree(root)
 
 

@@ -290,14 +290,6 @@ def make_options(
         raise OptionsError(str(e)) from e
     hostname = socket.gethostname()
     worker_id = worker_id or f"{hostname}-{os.getpid()}"
-    if root is None:
-        base = environ.get("SLURM_TMPDIR") or environ.get("TMPDIR") or tempfile.gettempdir()
-        root = Path(base) / f"leadtime-{worker_id}"
-    own_root = not root.exists()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OptionsError(f"cannot create the sandbox root {root}: {e.strerror}") from e
     if keep_sandboxes not in ("never", "failure", "always"):
         raise OptionsError("--keep-sandboxes must be never, failure or always")
     if not keep_budget >= 0:
@@ -306,24 +298,53 @@ def make_options(
         monitor = MonitorConfig(interval_s=sample_interval, first_sample_s=first_sample)
     except ValueError as e:
         raise OptionsError(f"sampling: {e}") from e
+    address = None if manager is None else parse_address(manager)
+    end = detect_end_time(environ, clock.wall(), end_time, time_limit)
+    if root is None:
+        base = environ.get("SLURM_TMPDIR") or environ.get("TMPDIR") or tempfile.gettempdir()
+        root = Path(base) / f"leadtime-{worker_id}"
+    root = _own_root(root, worker_id)  # the last step: a refusal leaves nothing made
+    try:
+        capacity = detect_capacity(environ, root, cores, memory, disk)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     return WorkerOptions(
-        manager=None if manager is None else parse_address(manager),
+        manager=address,
         manager_file=manager_file,
         secret=secret,
         root=root,
         worker_id=worker_id,
-        capacity=detect_capacity(environ, root, cores, memory, disk),
+        capacity=capacity,
         pilot_id=pilot_id if pilot_id is not None else environ.get("SLURM_JOB_ID", ""),
-        end_time=detect_end_time(environ, clock.wall(), end_time, time_limit),
+        end_time=end,
         connect_timeout_s=connect_timeout,
         drain_margin_s=drain_margin,
         keep_sandboxes=keep_sandboxes,
         keep_to=keep_to,
         keep_budget_mb=keep_budget,
-        own_root=own_root,
+        own_root=True,
         monitor=monitor,
         cgroups=cgroups,
     )
+
+
+def _own_root(root: Path, worker_id: str) -> Path:
+    """A directory of the worker's own for its sandboxes, made now: ``root`` if it does not
+    exist yet, else a new one inside it. A directory that exists may be another worker's
+    or another run's: a sandbox of the same task name, a spare or a host file made or
+    removed there could be theirs."""
+    try:
+        root.mkdir(parents=True)
+        return root
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise OptionsError(f"cannot create the sandbox root {root}: {e.strerror}") from e
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"leadtime-{worker_id}-", dir=root))
+    except OSError as e:
+        raise OptionsError(f"cannot create a sandbox root in {root}: {e.strerror}") from e
 
 
 def shut_down(reason: str) -> str:
@@ -675,8 +696,9 @@ def command(
     root: Annotated[
         Path | None,
         typer.Option(
-            help="Directory for task sandboxes (default: $SLURM_TMPDIR, $TMPDIR or /tmp, "
-            "under leadtime-WORKER_ID)."
+            help="Directory for task sandboxes, made by the worker (in one that exists, a "
+            "directory of its own) and removed when it leaves, unless a sandbox is kept there "
+            "(default: leadtime-WORKER_ID in $SLURM_TMPDIR, $TMPDIR or /tmp)."
         ),
     ] = None,
     worker_id: Annotated[str | None, typer.Option(help="Default: HOSTNAME-PID.")] = None,
