@@ -806,12 +806,10 @@ def command(
 
 def _remove_leftovers(options: WorkerOptions) -> None:
     """What a worker killed outright left on the node's scratch, removed by its sentinel once
-    its tasks are dead, as the worker's own end would have: the root it made, whole, where
-    no sandbox stays in it (kept ones go to ``--keep-to``, or none is kept); else its spares
-    and host files, and the root if that empties it (a failed attempt's sandbox stays, as
-    it would have). In a root it did not make, nothing: another worker may share it."""
-    if not options.own_root:
-        return
+    its tasks are dead, as the worker's own end would have: its root (always its own, see
+    :func:`make_options`) whole where no sandbox stays in it (kept ones go to ``--keep-to``,
+    or none is kept); else its spares and host files, and the root if that empties it (a
+    failed attempt's sandbox stays, as it would have)."""
     if options.keep_to is not None or options.keep_sandboxes == "never":
         shutil.rmtree(options.root, ignore_errors=True)
         return
