@@ -116,7 +116,8 @@ def _options(
 Db = Annotated[Path | None, typer.Option("--db", help="Store file (default: XDG data dir).")]
 Seed = Annotated[int, typer.Option(help="Seed of every random draw (background load, tasks).")]
 Scale = Annotated[
-    int | None, typer.Option(help="Scaling factor of the workflow's cores (its `scale`).")
+    int | None,
+    typer.Option(min=1, help="Scaling factor of the workflow's cores (its `scale`)."),
 ]
 
 

@@ -100,6 +100,7 @@ def test_compare_json_rows(cli):
         (["--strategy", "fastest"], "fastest"),
         (["--wait-estimate", "1.5"], "--wait-estimate 1.5"),
         (["--queue-model", "fifo"], "unknown queue model 'fifo'; choose one of easy, site"),
+        (["--scale", "0"], "Invalid value for '--scale': Input should be greater than or equal"),
     ],
 )
 def test_bad_options_are_one_line_errors_with_exit_code_2(cli, args, message):
