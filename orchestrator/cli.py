@@ -834,8 +834,6 @@ def logs(
     peak against its allocation, and where a failed attempt's scratch directory was kept;
     without TASK, every attempt of the run (the newest without RUN_ID) with its outcome and
     cause. A task named alone is one of the newest run."""
-    if attempt is not None and task is None:
-        fail("--attempt needs a TASK")
 
     async def main():
         nonlocal run_id, task
@@ -852,6 +850,8 @@ def logs(
                     nor = f", nor a task of the newest run: {why}"
             if run is None:
                 fail(f"no run {run_id}{nor} (`leadtime status` lists the runs)")
+            if attempt is not None and task is None:
+                fail("--attempt needs a TASK")
             rows = await tasklogs.attempts(store, run_id, task)
             if task is not None and not rows:
                 if (why := await tasklogs.unknown(store, run_id, task)) is not None:

@@ -246,6 +246,11 @@ def test_a_task_named_alone_is_one_of_the_newest_run(local_run):
     db, run_id = local_run
     alone = logs(db, "talk.1")
     assert alone.exit_code == 0 and alone.output == logs(db, run_id, "talk.1").output
+    second = logs(db, "talk.1", "--attempt", "2")
+    assert second.exit_code == 0, second.output
+    assert second.output == logs(db, run_id, "talk.1", "--attempt", "2").output
+    assert "talk.1 · attempt 2" in second.output and "attempt 1" not in second.output
+    assert "--attempt needs a TASK" in logs(db, "--attempt", "1").output
     unknown = logs(db, "talk.7")
     assert unknown.exit_code == 2
     said = " ".join(unknown.output.split())
