@@ -194,15 +194,16 @@ class Dashboard:
         """Redraws so far."""
 
     def __enter__(self) -> Dashboard:
-        self._live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._engine is not None:
+        if self._engine is not None:  # drawn from the first pass on: a refused run draws nothing
             self._live.update(render(self._engine), refresh=True)
-        self._live.__exit__(None, None, None)
+            self._live.__exit__(None, None, None)
 
     def __call__(self, engine: Engine) -> None:
+        if self._engine is None:
+            self._live.__enter__()
         self._engine = engine
         now = clock.monotonic()
         if now - self._last >= self._period:
@@ -294,7 +295,8 @@ class DecisionLog:
             end = self._engine.state.end_t
             self._trouble(self._engine, self._now if end is None else end, final=True)
         self._print(self._condensed.end())
-        self._console.print()
+        if self._engine is not None:  # a line between the log and the figures, if a run began
+            self._console.print()
 
     def __call__(self, engine: Engine) -> None:
         self._engine, self._now = engine, engine.now()

@@ -13,7 +13,15 @@ from rich.console import Console
 
 from backends import clock
 from orchestrator.cli import DEMO_MOCK
-from orchestrator.dashboard import PILOT_ROWS, Condensed, DecisionLog, _line, killed, render
+from orchestrator.dashboard import (
+    PILOT_ROWS,
+    Condensed,
+    DecisionLog,
+    _line,
+    killed,
+    live_view,
+    render,
+)
 from orchestrator.engine import Engine
 from orchestrator.human import duration, megabytes, offset
 from orchestrator.planner import Phase
@@ -282,3 +290,13 @@ def test_notes_said_alike_of_one_pilot_after_another_are_one_line_and_a_count():
         "t+8 min 30 s  pilot all-6: no stage needs it again: released",
         "t+8 min 31 s  1 more pilot the same way since t+8 min 30 s: all-8",
     ]
+
+
+def test_a_view_no_run_reached_draws_nothing():
+    """A run refused before its first pass (a resume of a run that ended, say) leaves its
+    error alone on the terminal: no empty frame, no blank line."""
+    for terminal in (True, False):
+        out = io.StringIO()
+        with live_view(Console(file=out, force_terminal=terminal)):
+            pass
+        assert out.getvalue() == ""

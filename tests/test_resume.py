@@ -335,6 +335,7 @@ def test_resume_tells_what_to_do_with_a_run_that_ended(tmp_path, cli):
     clock.run(record(), virtual=False)
     done = {run_id: cli("resume", run_id) for run_id in ("over", "ended")}
     assert {d.exit_code for d in done.values()} == {2}
+    assert all(d.stdout == "" for d in done.values())  # no dashboard opened, no blank line
     said = {run_id: " ".join(d.output.split()) for run_id, d in done.items()}
     assert said["over"].endswith(
         "run over is done: nothing to resume (resume takes up a run whose manager died, was "
