@@ -594,6 +594,8 @@ class Engine:
             task.cancel()
         for worker, spec in list(self._unanswered.values()):
             worker.stop(spec.key)
+        if self.learner is not None:  # the waits seen since the last plan (as pilots started)
+            await self.learner.save(self.store)
         if self.sizing is not None:
             await self.sizing.save(self.store, final=True)
         if self.state.end_t is None:

@@ -248,6 +248,37 @@ def test_three_stages_behind_background_load(tmp_path, cluster, strategy):
             assert all(a["allocation"]["memory"] < worker for a in mine if a["attempt"] == 1)
 
 
+def test_the_waits_a_short_run_saw_after_its_last_plan_are_learned(tmp_path, cluster):
+    """A run shorter than the manager's poll of squeue sees its pilots' starts only in their
+    final states, after its last plan: their waits are saved with the run's end, for the next
+    run to plan by, not lost with it."""
+    stage = """
+        [[stage]]
+        name = "s{i}"
+        allocation = {{ cores = 2, time = "5m" }}
+        tasks = {{ command = "true", count = 2, cores = 1, memory = "50M", disk = "1M" }}
+        """
+    workflow = loads(
+        'name = "short"\n' + textwrap.dedent("".join(stage.format(i=i) for i in range(3)))
+    )
+
+    config = slurm_config(tmp_path, "elastic")  # squeue asked every 5 s: after the tasks end
+    config = replace(config, backend=replace(config.backend, poll_interval_s=5.0))
+
+    async def main():
+        async with await Store.open(tmp_path / "store.db") as store:
+            summary, rows = await run(workflow, config, store, cluster)
+            learner = (await QueueWaits.load(store, "slurm:leadtime")).learner
+            return summary, rows, learner
+
+    summary, rows, learner = clock.run(main(), virtual=False)
+    assert summary.status == "done", summary.error
+    assert rows["waits"]
+    learned = sum(learner.stats(g).observations for g in learner.geometries())
+    assert learned == len(rows["waits"])
+    assert cluster.queued() == []
+
+
 def gen_square(root: Path, gens: int, item: str, squares: int = 0) -> Workflow:
     """Stage gen of ``gens`` tasks holding memory as ``item`` says, then (with ``squares``)
     stage square of that many tasks reading gen's outputs."""
