@@ -173,7 +173,7 @@ class Recorder:
             self._attempt_key(spec.task_id, spec.attempt),
             worker=worker,
             pilot_id=pilot_id,
-            allocation=spec.allocation.as_dict(),
+            allocation=spec.allocation,
             **on_worker,
         )
 

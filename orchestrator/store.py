@@ -19,9 +19,9 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -241,7 +241,7 @@ class Store:
         values = tuple(key.values()) if in_order else tuple(key[k] for k in TABLES[table][0])
         for name in as_json:
             if (value := fields[name]) is not None:
-                fields[name] = _to_json(value)
+                fields[name] = _json_of(value)
         row = (table, values)
         queued = self._pending.get(row)
         if queued is None:
@@ -496,9 +496,10 @@ def _check_identity(target: Path) -> None:
 
 
 def _json_encoder() -> Callable[[Any], str]:
-    """Compact JSON text of a value. ``JSONEncoder.encode`` builds its C encoder anew on every
-    call, half the cost of a field as small as an allocation; this one is built once."""
-    python = json.JSONEncoder(separators=(",", ":"))
+    """Compact JSON text of a value; a value that is not JSON's own gives its ``as_dict()``.
+    ``JSONEncoder.encode`` builds its C encoder anew on every call, half the cost of a field
+    as small as an allocation; this one is built once."""
+    python = json.JSONEncoder(separators=(",", ":"), default=_as_dict)
     make = json.encoder.c_make_encoder
     if make is None:  # an interpreter without the C accelerator
         return python.encode
@@ -508,12 +509,34 @@ def _json_encoder() -> Callable[[Any], str]:
     return lambda value: "".join(c(value, 0))
 
 
+def _as_dict(value: Any) -> dict[str, Any]:
+    if callable(as_dict := getattr(value, "as_dict", None)):
+        return as_dict()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 _to_json = _json_encoder()
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _json_once(value: Hashable) -> str:
+    return _to_json(value)
+
+
+def _json_of(value: Any) -> str:
+    """JSON text of a value; one that repeats and can be a key (an attempt's allocation, a
+    state) is encoded once: a float's text is the dearest part of a row to make."""
+    if type(value) is dict or type(value) is list:
+        return _to_json(value)
+    try:
+        return _json_once(value)
+    except TypeError:  # unhashable, or not JSON: encoded to say which
+        return _to_json(value)
 
 
 def _encode(name: str, value: Any) -> Any:
     if name in _JSON and value is not None:
-        return _to_json(value)
+        return _json_of(value)
     return value
 
 

@@ -49,7 +49,8 @@ class Rows:
         return self.rows
 
     def stage(self, table: str, key: dict, **fields) -> None:
-        self.rows.setdefault((table, tuple(key.values())), {}).update(fields)
+        as_read = {k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in fields.items()}
+        self.rows.setdefault((table, tuple(key.values())), {}).update(as_read)  # as stored
 
     def table(self, name: str) -> list[dict]:
         return [fields for (table, _), fields in self.written().items() if table == name]

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from backends import clock
+from learners.resources import Resources
 from orchestrator.store import Store
 
 
@@ -74,6 +75,29 @@ def test_a_json_field_is_written_as_json_dumps_writes_it():
 
     written = [text for (text,) in clock.run(main(), virtual=False)]
     assert written == [json.dumps(v, separators=(",", ":")) for v in values]
+
+
+def test_a_value_given_whole_is_written_as_its_dict_and_equal_values_of_other_types_apart():
+    """An allocation is staged as it is (its JSON made once per value, as most attempts share
+    theirs) and read back as the dict it gives; a value equal to one already written but of
+    another type (``True`` after ``1``) is written as its own."""
+    allocation = Resources(cores=2.0, memory=1e3, disk=0.0)
+    values = [allocation, allocation, 1, True, 1.0]
+
+    async def main():
+        async with await Store.open(":memory:") as store:
+            for i, value in enumerate(values):
+                store.stage("runs", {"run_id": str(i)}, summary=value)
+            await store.flush()
+            texts = await store._db.query("SELECT summary FROM runs ORDER BY run_id")
+            return [text for (text,) in texts], await store.rows("runs", order="run_id")
+
+    texts, rows = clock.run(main(), virtual=False)
+    as_dict = json.dumps(allocation.as_dict(), separators=(",", ":"))
+    assert texts == [as_dict, as_dict, "1", "true", "1.0"]
+    assert rows[0]["summary"] == allocation.as_dict()
+    with pytest.raises(TypeError, match="set is not JSON serializable"):
+        Store(None, None).stage("runs", {"run_id": "x"}, summary={1, 2})  # type: ignore[arg-type]
 
 
 def test_a_flush_cancelled_while_its_write_waits_still_writes_it():

@@ -26,9 +26,13 @@ class Outcome(StrEnum):
     says nothing about the task's needs."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AttemptSpec:
-    """One attempt of one task on one worker, within ``allocation``."""
+    """One attempt of one task on one worker, within ``allocation``.
+
+    Not changed once made, but not ``frozen``: a frozen dataclass is several times dearer
+    to make, and the manager makes one of these and one :class:`AttemptResult` per attempt.
+    """
 
     task_id: str
     attempt: int
@@ -66,9 +70,10 @@ class Captured:
         return {"head": self.head, "tail": self.tail, "cut": self.cut}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AttemptResult:
-    """How an attempt ended and what it used (``peak.wall`` is its wall time)."""
+    """How an attempt ended and what it used (``peak.wall`` is its wall time); not changed
+    once made (not ``frozen``, as :class:`AttemptSpec`)."""
 
     task_id: str
     attempt: int
