@@ -60,7 +60,14 @@ class Resources:
         )
 
     def as_dict(self) -> dict[str, float]:
-        return {"cores": self.cores, "memory": self.memory, "disk": self.disk, "wall": self.wall}
+        """Its amounts as floats, whatever numbers it was made of: equal amounts read the same
+        (the store writes the text of equal allocations once)."""
+        return {
+            "cores": float(self.cores),
+            "memory": float(self.memory),
+            "disk": float(self.disk),
+            "wall": float(self.wall),
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,10 +79,12 @@ def test_a_json_field_is_written_as_json_dumps_writes_it():
 
 def test_a_value_given_whole_is_written_as_its_dict_and_equal_values_of_other_types_apart():
     """An allocation is staged as it is (its JSON made once per value, as most attempts share
-    theirs) and read back as the dict it gives; a value equal to one already written but of
-    another type (``True`` after ``1``) is written as its own."""
+    theirs) and read back as the dict it gives, its amounts the same text whatever numbers
+    it was made of; a value equal to one already written but of another type (``True``
+    after ``1``) is written as its own."""
     allocation = Resources(cores=2.0, memory=1e3, disk=0.0)
-    values = [allocation, allocation, 1, True, 1.0]
+    made_of_ints = Resources(cores=3, memory=777, disk=0)  # first: before its float twin
+    values = [allocation, allocation, 1, True, 1.0, made_of_ints, Resources(3.0, 777.0, 0.0)]
 
     async def main():
         async with await Store.open(":memory:") as store:
@@ -94,7 +96,10 @@ def test_a_value_given_whole_is_written_as_its_dict_and_equal_values_of_other_ty
 
     texts, rows = clock.run(main(), virtual=False)
     as_dict = json.dumps(allocation.as_dict(), separators=(",", ":"))
-    assert texts == [as_dict, as_dict, "1", "true", "1.0"]
+    floats = json.dumps(
+        {"cores": 3.0, "memory": 777.0, "disk": 0.0, "wall": math.inf}, separators=(",", ":")
+    )
+    assert texts == [as_dict, as_dict, "1", "true", "1.0", floats, floats]
     assert rows[0]["summary"] == allocation.as_dict()
     with pytest.raises(TypeError, match="set is not JSON serializable"):
         Store(None, None).stage("runs", {"run_id": "x"}, summary={1, 2})  # type: ignore[arg-type]
