@@ -12,7 +12,7 @@ tree's, one after the other, R rounds (the order turned each round), each in a f
 interpreter; it prints every run, the medians and their ratio.
 
 REV runs with this interpreter and the packages installed for it: a build that needed
-another dependency (those before 2026-11-23 used aiosqlite) needs it installed.
+another dependency needs it installed (leadtime used aiosqlite until 2026-11-23).
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def report(args: argparse.Namespace, runs: dict[str, list[dict[str, float]]]) ->
     }
     then, now = medians[args.rev]["manager_ms"], medians["this tree"]["manager_ms"]
     if args.json:
-        print(json.dumps({"tasks": args.tasks, "runs": runs, "medians": medians}, indent=2))
+        figures = {"tasks": args.tasks, "runs": runs, "medians": medians, "ratio": now / then}
+        print(json.dumps(figures, indent=2))
         return
     runs_of = f"{args.rounds} run" + ("s" if args.rounds > 1 else "")
     print(f"{args.tasks} tasks of `true`, {runs_of} of each build, in turn")

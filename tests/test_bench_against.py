@@ -43,6 +43,10 @@ def test_each_build_runs_in_turn_and_the_ratio_is_of_their_medians():
         median = report["medians"][name]["manager_ms"]
         assert all(run["manager_ms"] > 0 and run["tasks_per_s"] > 0 for run in runs)
         assert median == pytest.approx(sum(run["manager_ms"] for run in runs) / 2)
+    medians = report["medians"]
+    assert report["ratio"] == pytest.approx(
+        medians["this tree"]["manager_ms"] / medians["HEAD"]["manager_ms"]
+    )
     assert worktrees() == before  # the earlier build's checkout is gone
 
 
