@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
+from dispatch import ROOT, run_isolated
 
 
 class Failed(Exception):
@@ -35,17 +33,7 @@ class Failed(Exception):
 
 def measure(tree: Path, tasks: int, workers: int | None) -> dict[str, float]:
     """One run of ``tree``'s dispatch benchmark, leadtime only, in an interpreter of its own."""
-    command = [sys.executable, "bench/dispatch.py", "--only", "leadtime", "--tasks", str(tasks)]
-    if workers is not None:  # builds before --workers ran two
-        command += ["--workers", str(workers)]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run(
-        [*command, "--json"], cwd=tree, env=env, capture_output=True, text=True, check=False
-    )
-    last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    if done.returncode != 0:
-        raise Failed(f"{tree}: {last}")
-    (row,) = json.loads(done.stdout)
+    row = run_isolated("leadtime", tasks, workers, calls=False, root=tree)
     if "error" in row:
         raise Failed(f"{tree}: {row['error']}")
     return {"manager_ms": row["manager_cpu_ms_per_task"], "tasks_per_s": row["tasks_per_s"]}
@@ -54,15 +42,15 @@ def measure(tree: Path, tasks: int, workers: int | None) -> dict[str, float]:
 def worktree(rev: str, where: Path) -> Path:
     """``rev`` checked out at ``where`` (detached); a revision git does not know is an error."""
     found = subprocess.run(
-        ["git", "-C", str(HERE), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         capture_output=True,
         text=True,
         check=False,
     )
     if found.returncode != 0:
-        raise Failed(f"{rev}: not a commit of {HERE}")
+        raise Failed(f"{rev}: not a commit of {ROOT}")
     subprocess.run(
-        ["git", "-C", str(HERE), "worktree", "add", "--detach", "--quiet", str(where), rev],
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(where), rev],
         check=True,
     )
     return where
@@ -92,7 +80,7 @@ def main() -> None:
             parser.exit(1, f"error: {e}\n")
         finally:
             subprocess.run(
-                ["git", "-C", str(HERE), "worktree", "remove", "--force", str(earlier)],
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(earlier)],
                 check=False,
             )
     report(args, runs)
@@ -100,7 +88,7 @@ def main() -> None:
 
 def rounds(earlier: Path, args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
     runs: dict[str, list[dict[str, float]]] = {args.rev: [], "this tree": []}
-    trees = {args.rev: earlier, "this tree": HERE}
+    trees = {args.rev: earlier, "this tree": ROOT}
     order = list(trees)
     for _ in range(args.rounds):
         for name in order:

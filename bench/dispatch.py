@@ -57,6 +57,8 @@ from backends import clock
 SYSTEMS = ("leadtime", "parsl", "dask", "hyperqueue")
 COMMAND = "true"
 CORES = os.cpu_count() or 1
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout this benchmark is part of."""
 
 
 def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
@@ -269,12 +271,20 @@ NAMES = {"parsl": "Parsl", "dask": "Dask", "hyperqueue": "HyperQueue"}
 MISSING = "not installed: pip install 'leadtime[bench]'"
 
 
-def run_isolated(system: str, tasks: int, workers: int, calls: bool) -> dict[str, object]:
-    """One system's row, measured in a fresh interpreter (its CPU time its own)."""
-    only = ["--only", system, "--tasks", str(tasks), "--workers", str(workers), "--json"]
+def run_isolated(
+    system: str, tasks: int, workers: int | None, calls: bool, root: Path = ROOT
+) -> dict[str, object]:
+    """One system's row, measured in a fresh interpreter (its CPU time its own) by the
+    benchmark of the checkout at ``root``, its code first on the path (``bench/against.py``
+    measures an earlier build so); ``workers`` None: as that benchmark sets them (builds
+    before ``--workers`` ran two)."""
+    only = ["--only", system, "--tasks", str(tasks), "--json"]
+    only += [] if workers is None else ["--workers", str(workers)]
     only += ["--calls"] if calls else []
+    path = os.environ.get("PYTHONPATH")
     done = subprocess.run(
-        [sys.executable, __file__, *only],
+        [sys.executable, str(root / "bench" / "dispatch.py"), *only],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), path]))},
         capture_output=True,
         text=True,
         check=False,
